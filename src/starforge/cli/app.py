@@ -1,0 +1,48 @@
+"""The ``sf`` command tree."""
+
+from __future__ import annotations
+
+import typer
+
+from starforge import __version__
+from starforge.cli import cmd_demo, cmd_job, cmd_lab, cmd_server, cmd_submit
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"sf {__version__}")
+        raise typer.Exit()
+
+
+app = typer.Typer(
+    name="sf",
+    help="StarForge: submit and run LLM post-training jobs.\n\n"
+    "Start with `sf demo`, or: sf init my-lab · sf new my-grpo --method trl/grpo · "
+    "sf submit my-grpo --profile h200:1 ...",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        "-V",
+        callback=_version,
+        is_eager=True,
+        help="Print the version and exit.",
+    ),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors."),
+) -> None:
+    """StarForge command line."""
+
+
+app.command(rich_help_panel="Setup")(cmd_lab.init)
+app.command(rich_help_panel="Setup")(cmd_demo.demo)
+app.command(rich_help_panel="Experiment")(cmd_lab.new)
+app.command(rich_help_panel="Job")(cmd_submit.submit)
+app.add_typer(cmd_job.app, name="job", rich_help_panel="Job")
+app.add_typer(cmd_server.app, name="server", rich_help_panel="Management")

@@ -1,0 +1,69 @@
+"""``sf init`` and ``sf new``: scaffold a lab and add experiments to it (no server needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from starforge.cli.output import out
+from starforge.contract.errors import UsageError
+from starforge.project import experiments, lab
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print a JSON document for scripts.")]
+
+
+def init(
+    directory: Annotated[Path, typer.Argument(help="Folder of the new lab.")] = Path("."),
+    name: Annotated[
+        str | None,
+        typer.Option(
+            "--name",
+            help="Project name (default: the folder's name); the console groups runs by it.",
+        ),
+    ] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Create a lab: starforge.yaml, experiments/, configs/, common/, .gitignore and a git repo.
+
+    Example: sf init my-lab --name rl-team
+    """
+    out.set_json(json_out)
+    target = directory.resolve()
+    if (
+        not yes
+        and not json_out
+        and not typer.confirm(f"Create a StarForge lab in {target}?", default=True)
+    ):
+        raise UsageError("cancelled; nothing was created")
+    created = lab.init_lab(target, name)
+    out.data({"root": str(created.root), "project": created.name})
+    out.success(f"created lab [bold]{created.name}[/bold] in {created.root}")
+    out.line("next: [bold]sf new my-grpo --method trl/grpo[/bold]")
+
+
+def new(
+    name: Annotated[str, typer.Argument(help="Experiment name (a folder under experiments/).")],
+    method: Annotated[
+        str, typer.Option("--method", "-m", help="Method id, e.g. trl/grpo or custom/custom.")
+    ] = "trl/grpo",
+    json_out: JsonOpt = False,
+) -> None:
+    """Create experiments/NAME from a method's template and lock the method's version.
+
+    Example: sf new my-grpo --method trl/grpo
+    """
+    out.set_json(json_out)
+    here = lab.find_lab()
+    exp = experiments.new_experiment(here, name, method)
+    files = sorted(p.relative_to(here.root).as_posix() for p in exp.path.rglob("*") if p.is_file())
+    out.data({"experiment": exp.name, "method": exp.method.model_dump(), "files": files})
+    out.success(f"created {exp.relpath} from {exp.method.id} {exp.method.version}")
+    for f in files:
+        out.line(f"  {f}")
+    out.line(
+        f"next: commit it (git add -A && git commit -m 'add {name}'), then "
+        f"[bold]sf submit {name} --profile h200:1 ...[/bold] (see its README.md)"
+    )

@@ -1,0 +1,85 @@
+"""``sf server start|stop|status``: the embedded control plane on this machine."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Annotated
+
+import typer
+
+from starforge.cli import connect
+from starforge.cli.output import out
+from starforge.client import config
+from starforge.client.http import Client
+
+app = typer.Typer(help="Run the embedded control plane on this machine.", no_args_is_help=True)
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print a JSON document for scripts.")]
+
+
+def _uptime(started: datetime) -> str:
+    if started.tzinfo is None:
+        started = started.replace(tzinfo=UTC)
+    seconds = int((datetime.now(UTC) - started).total_seconds())
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m{rest % 60:02d}s"
+
+
+def _describe(url: str) -> dict[str, object]:
+    with Client(url) as client:
+        info = client.info()
+    return {
+        "running": True,
+        "url": url,
+        "pid": info.pid,
+        "version": info.version,
+        "executor": info.executor,
+        "started_at": info.started_at.isoformat(),
+        "uptime": _uptime(info.started_at),
+        "home": str(config.home()),
+    }
+
+
+@app.command()
+def start(json_out: JsonOpt = False) -> None:
+    """Start the embedded server in the background (nothing happens if it already runs).
+
+    Example: sf server start
+    """
+    out.set_json(json_out)
+    began = time.monotonic()
+    url, _ = connect.start_embedded()
+    state = _describe(url)
+    out.data(state)
+    out.success(f"server running at {url} (pid {state['pid']}, {time.monotonic() - began:.1f}s)")
+
+
+@app.command()
+def stop(json_out: JsonOpt = False) -> None:
+    """Stop the embedded server. Running jobs keep running and are picked up on the next start.
+
+    Example: sf server stop
+    """
+    out.set_json(json_out)
+    pid = connect.stop_embedded()
+    out.data({"stopped": pid is not None, "pid": pid})
+    out.success(f"stopped the server (pid {pid})" if pid else "no server was running")
+
+
+@app.command()
+def status(json_out: JsonOpt = False) -> None:
+    """Show the server's URL, pid, version and uptime.
+
+    Example: sf server status --json
+    """
+    out.set_json(json_out)
+    remote = config.remote_from_env()
+    found = (remote.url, 0) if remote else connect.running_embedded()
+    if found is None:
+        out.data({"running": False, "home": str(config.home())})
+        out.line("no server running (the first command that needs one starts it)")
+        raise typer.Exit(1)
+    state = _describe(found[0])
+    out.data(state)
+    for key in ("url", "pid", "version", "executor", "uptime", "home"):
+        out.line(f"{key:>9}: {state[key]}")

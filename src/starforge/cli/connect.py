@@ -1,0 +1,113 @@
+"""Finding (and if needed starting) the control plane the CLI talks to.
+
+With ``STARFORGE_SERVER`` set, that server is used as it is. Otherwise the embedded default: a
+server process under ``$STARFORGE_HOME/server`` on 127.0.0.1, started in the background by the
+first command that needs it (a file lock keeps two commands from starting two servers).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from starforge.client import config
+from starforge.client.http import Client
+from starforge.contract.errors import ServerUnreachable, StarForgeError
+
+START_TIMEOUT_S = 60.0
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is not alive
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][:1] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def running_embedded() -> tuple[str, int] | None:
+    """(url, pid) of a live embedded server, or None."""
+    info = config.read_server_file()
+    if not info:
+        return None
+    url, pid = str(info.get("url", "")), int(info.get("pid", 0) or 0)
+    if not url or not pid or not pid_alive(pid):
+        return None
+    try:
+        with Client(url, timeout=3.0) as client:
+            client.health()
+    except StarForgeError:
+        return None
+    return url, pid
+
+
+def start_embedded() -> tuple[str, int]:
+    """Start the embedded server (unless one runs) and wait until it answers."""
+    folder = config.embedded_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / "start.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        found = running_embedded()
+        if found:
+            return found
+        (folder / "server.json").unlink(missing_ok=True)
+        with (folder / "server.out").open("ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "starforge.server", "--home", str(config.home())],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            found = running_embedded()
+            if found:
+                return found
+            if proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        raise ServerUnreachable(
+            "the embedded StarForge server did not start",
+            hint=f"see {folder / 'server.log'} and {folder / 'server.out'}",
+        )
+
+
+def stop_embedded(timeout_s: float = 30.0) -> int | None:
+    """Stop the embedded server; returns its pid, or None if none was running."""
+    info = config.read_server_file()
+    pid = int(info.get("pid", 0) or 0) if info else 0
+    if not pid or not pid_alive(pid):
+        return None
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if pid_alive(pid):
+        os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+def connect(*, start: bool = True) -> Client:
+    """A client for the configured server, starting the embedded one when needed."""
+    remote = config.remote_from_env()
+    if remote is not None:
+        return Client(remote.url, token=remote.token)
+    found = running_embedded()
+    if found is None:
+        if not start:
+            raise ServerUnreachable(
+                "no StarForge server is running", hint="start one with `sf server start`"
+            )
+        found = start_embedded()
+    return Client(found[0], token=config.read_local_token())

@@ -1,0 +1,116 @@
+"""The CLI's one output module: human text through rich, or JSON for scripts.
+
+Commands never print directly; they call :data:`out`. In JSON mode stdout carries exactly one JSON
+document per command and human chatter goes nowhere; errors are one red line plus a hint on
+stderr (and a JSON error document on stdout in JSON mode).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from starforge.contract.errors import StarForgeError
+
+STATUS_STYLE = {
+    "queued": "yellow",
+    "starting": "cyan",
+    "running": "cyan",
+    "stopping": "magenta",
+    "pausing": "magenta",
+    "paused": "blue",
+    "succeeded": "green",
+    "failed": "red",
+    "stopped": "bright_black",
+}
+
+
+class Output:
+    def __init__(self) -> None:
+        self.json_mode = False
+        self.stdout = Console(highlight=False, soft_wrap=True)
+        self.stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+
+    def set_json(self, enabled: bool) -> None:
+        self.json_mode = enabled
+
+    # ---- human text -------------------------------------------------------------------------
+
+    def line(self, text: str = "") -> None:
+        if not self.json_mode:
+            self.stdout.print(text)
+
+    def info(self, text: str) -> None:
+        if not self.json_mode:
+            self.stderr.print(text)
+
+    def success(self, text: str) -> None:
+        self.line(f"[green]✓[/green] {text}")
+
+    def warn(self, text: str) -> None:
+        if not self.json_mode:
+            self.stderr.print(f"[yellow]warning:[/yellow] {escape(text)}")
+
+    def raw(self, text: str) -> None:
+        """Log text exactly as the job wrote it (no markup, no wrapping)."""
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    def table(self, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+        if self.json_mode:
+            return
+        table = Table(show_edge=False, box=None, pad_edge=False, header_style="bold")
+        for col in columns:
+            table.add_column(col)
+        for row in rows:
+            table.add_row(*row)
+        self.stdout.print(table)
+
+    # ---- machine output ---------------------------------------------------------------------
+
+    def data(self, payload: Any) -> None:
+        if self.json_mode:
+            sys.stdout.write(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
+
+    def error(self, err: StarForgeError) -> None:
+        self.stderr.print(f"[red]error:[/red] {escape(err.message)}")
+        if err.hint:
+            self.stderr.print(f"[dim]hint:[/dim] {escape(err.hint)}")
+        if self.json_mode:
+            sys.stdout.write(json.dumps({"error": err.to_wire()}, indent=2, default=str) + "\n")
+
+
+def status_text(status: str) -> str:
+    style = STATUS_STYLE.get(status, "")
+    return f"[{style}]{status}[/{style}]" if style else status
+
+
+def ago(when: datetime | None) -> str:
+    if when is None:
+        return "-"
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    seconds = int((datetime.now(UTC) - when).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return f"{max(seconds, 0)}s ago"
+
+
+def human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+out = Output()

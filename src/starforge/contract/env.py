@@ -1,0 +1,149 @@
+"""The one mapping from (JobSpec, Binding) to the environment of a job.
+
+The server decides everything about where and how a node of a run executes (paths, topology, GPUs,
+the ingest endpoint and its run-scoped token) and writes it as a :class:`Binding`; the runner turns
+spec + binding into environment variables with :func:`job_env` and nothing else. A golden test pins
+this mapping key by key. The platform owns topology: whatever the uploaded config says about nodes
+or GPUs is overridden by these variables.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from starforge.contract.jobspec import InputKind, InputRef, JobSpec
+from starforge.contract.profiles import Pool
+
+
+class Binding(BaseModel):
+    """Server-resolved facts about one node of one attempt of a run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str
+    attempt: int = Field(ge=1)
+    user: str
+    storage_root: str
+    run_dir: str
+    work_dir: str
+    out_dir: str
+    log_path: str
+    node_rank: int = 0
+    nnodes: int = 1
+    gpus_per_node: int = 1
+    visible_devices: list[int] = Field(default_factory=list)
+    master_addr: str = "127.0.0.1"
+    master_port: int = 29500
+    pools: list[Pool] = Field(default_factory=list)
+    pool: str = "all"
+    endpoint: str = ""
+    run_token: str = ""
+    resume_from: str = ""
+    hf_offline: bool = True
+    extra_env: dict[str, str] = Field(default_factory=dict)
+
+
+KNOWN_KEYS: tuple[str, ...] = (
+    "FORGE_RUN_ID",
+    "FORGE_ATTEMPT",
+    "FORGE_USER",
+    "FORGE_PROJECT",
+    "FORGE_EXPERIMENT",
+    "FORGE_METHOD",
+    "FORGE_METHOD_VERSION",
+    "FORGE_FRAMEWORK",
+    "FORGE_GIT_COMMIT",
+    "FORGE_GIT_DIRTY",
+    "FORGE_STORAGE_ROOT",
+    "FORGE_RUN_DIR",
+    "FORGE_WORK_DIR",
+    "FORGE_EXP_DIR",
+    "FORGE_OUT_DIR",
+    "FORGE_LOG_FILE",
+    "FORGE_MODEL",
+    "FORGE_TRAIN_DATA",
+    "FORGE_VALIDATION_DATA",
+    "FORGE_HYPERPARAMS",
+    "FORGE_RESUME_FROM",
+    "FORGE_POOL",
+    "FORGE_POOL_TOPOLOGY",
+    "FORGE_CLUSTER_NUM_NODES",
+    "FORGE_CLUSTER_GPUS_PER_NODE",
+    "NNODES",
+    "NODE_RANK",
+    "GPUS_PER_NODE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "CUDA_VISIBLE_DEVICES",
+    "STARFORGE_ENABLED",
+    "STARFORGE_ENDPOINT",
+    "STARFORGE_RUN_ID",
+    "STARFORGE_TOKEN",
+    "HF_HUB_OFFLINE",
+    "HF_HOME",
+    "PYTHONUNBUFFERED",
+)
+
+
+def input_location(ref: InputRef | None, work_dir: str) -> str:
+    """Where an input is inside the job: hub ids as-is, package paths under the work dir."""
+    if ref is None:
+        return ""
+    if ref.kind is InputKind.PACKAGE:
+        return f"{work_dir}/{ref.value}"
+    return ref.value
+
+
+def job_env(spec: JobSpec, b: Binding) -> dict[str, str]:
+    """The job's environment, in a fixed order; empty values are left out."""
+    framework = spec.method.id.split("/", 1)[0]
+    env: dict[str, str] = {
+        "FORGE_RUN_ID": b.run_id,
+        "FORGE_ATTEMPT": str(b.attempt),
+        "FORGE_USER": b.user,
+        "FORGE_PROJECT": spec.project,
+        "FORGE_EXPERIMENT": spec.experiment,
+        "FORGE_METHOD": spec.method.id,
+        "FORGE_METHOD_VERSION": spec.method.version,
+        "FORGE_FRAMEWORK": framework,
+        "FORGE_GIT_COMMIT": spec.provenance.git_commit,
+        "FORGE_GIT_DIRTY": "1" if spec.provenance.git_dirty else "0",
+        "FORGE_STORAGE_ROOT": b.storage_root,
+        "FORGE_RUN_DIR": b.run_dir,
+        "FORGE_WORK_DIR": b.work_dir,
+        "FORGE_EXP_DIR": f"{b.work_dir}/{spec.exp_dir}",
+        "FORGE_OUT_DIR": b.out_dir,
+        "FORGE_LOG_FILE": b.log_path,
+        "FORGE_MODEL": input_location(spec.inputs.model, b.work_dir),
+        "FORGE_TRAIN_DATA": input_location(spec.inputs.train_data, b.work_dir),
+        "FORGE_VALIDATION_DATA": input_location(spec.inputs.validation_data, b.work_dir),
+        "FORGE_HYPERPARAMS": json.dumps(spec.hyperparams, sort_keys=True)
+        if spec.hyperparams
+        else "",
+        "FORGE_RESUME_FROM": b.resume_from,
+        "FORGE_POOL": b.pool,
+        "FORGE_POOL_TOPOLOGY": json.dumps([p.model_dump() for p in b.pools], sort_keys=True)
+        if len(b.pools) > 1
+        else "",
+        "FORGE_CLUSTER_NUM_NODES": str(b.nnodes),
+        "FORGE_CLUSTER_GPUS_PER_NODE": str(b.gpus_per_node),
+        "NNODES": str(b.nnodes),
+        "NODE_RANK": str(b.node_rank),
+        "GPUS_PER_NODE": str(b.gpus_per_node),
+        "MASTER_ADDR": b.master_addr,
+        "MASTER_PORT": str(b.master_port),
+        "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in b.visible_devices),
+        "STARFORGE_ENABLED": "1" if b.run_token else "0",
+        "STARFORGE_ENDPOINT": b.endpoint,
+        "STARFORGE_RUN_ID": b.run_id,
+        "STARFORGE_TOKEN": b.run_token,
+        "HF_HUB_OFFLINE": "1" if b.hf_offline else "",
+        "HF_HOME": f"{b.storage_root}/cache/hf",
+        "PYTHONUNBUFFERED": "1",
+    }
+    # Profile env may add keys but never override what the platform decided.
+    for key, value in b.extra_env.items():
+        env.setdefault(key, value)
+    return {k: v for k, v in env.items() if v != ""}

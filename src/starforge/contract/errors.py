@@ -1,0 +1,222 @@
+"""The one error hierarchy of StarForge, shared by the CLI, the client, the server and the runner.
+
+Every error has a stable ``code`` (dotted, never reused for another meaning), a message that says
+what was wrong and where, and a hint that says what to do. On the wire an error is
+``{"code", "message", "hint", "details"}``; :func:`from_wire` turns it back into the same class,
+so a rejection raised in the server reaches the CLI's error boundary as the class it started as.
+
+``exit_code`` is what the CLI exits with: 2 for usage errors and rejections, 1 for the rest.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class StarForgeError(Exception):
+    """Base of every error StarForge raises on purpose."""
+
+    code: ClassVar[str] = "error"
+    http_status: ClassVar[int] = 500
+    exit_code: ClassVar[int] = 1
+
+    def __init__(
+        self, message: str, *, hint: str | None = None, details: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.details = details or {}
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "message": self.message,
+            "hint": self.hint,
+            "details": self.details,
+        }
+
+
+# ---- usage and local validation (exit 2) -------------------------------------------------------
+
+
+class UsageError(StarForgeError):
+    code = "usage"
+    http_status = 400
+    exit_code = 2
+
+
+class InvalidName(UsageError):
+    code = "usage.invalid_name"
+
+
+class ProfileError(UsageError):
+    code = "usage.profile"
+
+
+class MissingInput(UsageError):
+    code = "usage.missing_input"
+
+
+class InvalidSpec(UsageError):
+    code = "usage.invalid_spec"
+
+
+# ---- the researcher's workspace (exit 1) ------------------------------------------------------
+
+
+class ProjectError(StarForgeError):
+    code = "project"
+    http_status = 400
+
+
+class NotInLab(ProjectError):
+    code = "project.not_in_lab"
+
+
+class LabExists(ProjectError):
+    code = "project.lab_exists"
+
+
+class ExperimentNotFound(ProjectError):
+    code = "project.experiment_not_found"
+
+
+class ExperimentExists(ProjectError):
+    code = "project.experiment_exists"
+
+
+class GitError(ProjectError):
+    code = "project.git"
+
+
+class DirtyTree(ProjectError):
+    code = "project.dirty_tree"
+    exit_code = 2
+
+
+class SensitiveFiles(ProjectError):
+    code = "project.sensitive_files"
+    exit_code = 2
+
+
+class InputNotFound(ProjectError):
+    code = "project.input_not_found"
+    exit_code = 2
+
+
+# ---- catalog ----------------------------------------------------------------------------------
+
+
+class MethodNotFound(StarForgeError):
+    code = "catalog.method_not_found"
+    http_status = 400
+    exit_code = 2
+
+
+class CatalogMismatch(StarForgeError):
+    """The client's method declaration differs from the server's (a stale lock)."""
+
+    code = "catalog.mismatch"
+    http_status = 409
+    exit_code = 2
+
+
+# ---- server answers ---------------------------------------------------------------------------
+
+
+class Rejected(StarForgeError):
+    """Admission refused the submission; nothing was created."""
+
+    code = "admission.rejected"
+    http_status = 422
+    exit_code = 2
+
+
+class MissingBlobs(Rejected):
+    code = "admission.missing_blobs"
+
+
+class BlobDigestMismatch(StarForgeError):
+    code = "blobs.digest_mismatch"
+    http_status = 400
+
+
+class NotFound(StarForgeError):
+    code = "not_found"
+    http_status = 404
+
+
+class RunNotFound(NotFound):
+    code = "runs.not_found"
+
+
+class AmbiguousRun(StarForgeError):
+    code = "runs.ambiguous"
+    http_status = 409
+    exit_code = 2
+
+
+class Unauthorized(StarForgeError):
+    code = "auth.unauthorized"
+    http_status = 401
+
+
+class Forbidden(StarForgeError):
+    code = "auth.forbidden"
+    http_status = 403
+
+
+class ClientTooOld(StarForgeError):
+    code = "version.client_too_old"
+    http_status = 426
+
+
+class InvalidTransition(StarForgeError):
+    """A status write the transition table does not allow (a bug, never a user's mistake)."""
+
+    code = "state.invalid_transition"
+    http_status = 409
+
+
+# ---- connectivity -----------------------------------------------------------------------------
+
+
+class ServerUnreachable(StarForgeError):
+    code = "server.unreachable"
+    http_status = 503
+
+
+class ServerError(StarForgeError):
+    code = "server.internal"
+    http_status = 500
+
+
+class RunnerError(StarForgeError):
+    code = "runner.failed"
+
+
+def _all_subclasses(cls: type[StarForgeError]) -> list[type[StarForgeError]]:
+    found: list[type[StarForgeError]] = []
+    for sub in cls.__subclasses__():
+        found.append(sub)
+        found.extend(_all_subclasses(sub))
+    return found
+
+
+REGISTRY: dict[str, type[StarForgeError]] = {
+    c.code: c for c in [StarForgeError, *_all_subclasses(StarForgeError)]
+}
+
+
+def from_wire(payload: dict[str, Any], *, status: int = 500) -> StarForgeError:
+    """Rebuild the error a server sent; unknown codes keep their text under the base class."""
+    code = str(payload.get("code") or "")
+    cls = REGISTRY.get(code)
+    message = str(payload.get("message") or payload.get("detail") or f"HTTP {status}")
+    hint = payload.get("hint")
+    details = payload.get("details") or {}
+    if cls is None:
+        cls = UsageError if 400 <= status < 500 else ServerError
+    err = cls(message, hint=hint, details=details)
+    return err

@@ -1,0 +1,120 @@
+"""JobSpec: what one submission is, and the package manifest that travels with it.
+
+A JobSpec is written by the client and validated again by the server; nothing in it is a path of
+the researcher's machine. Files travel as content-addressed blobs listed in a :class:`Manifest`
+(lab-relative POSIX paths), so resubmitting an unchanged experiment uploads nothing.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import PurePosixPath
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from starforge.contract.names import SAFE_SEGMENT, is_sha256
+
+API_VERSION = "starforge/v1"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def check_relpath(value: str) -> str:
+    """A lab-relative POSIX path that cannot escape the package root."""
+    p = PurePosixPath(value)
+    if not value or p.is_absolute() or ".." in p.parts or "\\" in value or value != p.as_posix():
+        raise ValueError(f"{value!r} must be a normalised relative path inside the lab")
+    return value
+
+
+class FileEntry(Strict):
+    path: str
+    sha256: str
+    size: int = Field(ge=0)
+    executable: bool = False
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        return check_relpath(v)
+
+    @field_validator("sha256")
+    @classmethod
+    def _digest(cls, v: str) -> str:
+        if not is_sha256(v):
+            raise ValueError("sha256 must be 64 lowercase hex characters")
+        return v
+
+
+class Manifest(Strict):
+    files: list[FileEntry] = Field(default_factory=list)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def digests(self) -> list[str]:
+        return sorted({f.sha256 for f in self.files})
+
+
+class InputKind(StrEnum):
+    HUB = "hub"  # a Hugging Face hub id, resolved inside the job
+    PACKAGE = "package"  # a lab-relative path whose files travel in the manifest
+    SHARED = "shared"  # an absolute path on the shared storage, used in place
+
+
+class InputRef(Strict):
+    kind: InputKind
+    value: str
+
+    @field_validator("value")
+    @classmethod
+    def _value(cls, v: str) -> str:
+        if not v:
+            raise ValueError("must not be empty")
+        return v
+
+
+class MethodRef(Strict):
+    id: str
+    version: str
+    digest: str
+
+
+class Provenance(Strict):
+    git_commit: str
+    git_dirty: bool = False
+    untracked: list[str] = Field(default_factory=list)
+    client_version: str
+
+
+class Inputs(Strict):
+    model: InputRef | None = None
+    train_data: InputRef | None = None
+    validation_data: InputRef | None = None
+
+
+class JobSpec(Strict):
+    api_version: Literal["starforge/v1"] = API_VERSION
+    project: str
+    experiment: str
+    method: MethodRef
+    profiles: list[str] = Field(min_length=1)
+    inputs: Inputs = Field(default_factory=Inputs)
+    hyperparams: dict[str, Any] = Field(default_factory=dict)
+    provenance: Provenance
+
+    @field_validator("project", "experiment")
+    @classmethod
+    def _safe(cls, v: str) -> str:
+        if not SAFE_SEGMENT.match(v) or v in {".", ".."}:
+            raise ValueError(f"{v!r} is not a safe name")
+        return v
+
+    @property
+    def exp_dir(self) -> str:
+        """The experiment's folder inside the package."""
+        return f"experiments/{self.experiment}"

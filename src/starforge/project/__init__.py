@@ -1,0 +1,1 @@
+"""The researcher's workspace (a "lab"): root, experiments, git provenance and the packer."""

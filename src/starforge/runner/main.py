@@ -1,0 +1,131 @@
+"""One node of one attempt: report, unpack, build the environment, run the entrypoint, report.
+
+The entrypoint's stdout and stderr go straight into the attempt's log file (a plain file on the
+shared storage, so logs survive anything that happens to the server). The child shares the
+runner's process group, so the executor's SIGTERM to the group reaches the training itself, which
+checkpoints and exits; the runner outlives it to report the exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+from starforge.catalog.loader import get_method
+from starforge.contract.env import Binding, job_env
+from starforge.contract.errors import RunnerError, StarForgeError
+from starforge.contract.jobspec import JobSpec, Manifest
+from starforge.contract.states import EndReason
+from starforge.runner.adapters import compile_plan
+from starforge.runner.report import Reporter, write_exit_record
+from starforge.runner.unpack import MARKER, manifest_digest, unpack
+
+SIGTERM_EXIT = 128 + signal.SIGTERM
+_PEER_UNPACK_WAIT_S = 600.0
+
+
+class Runner:
+    def __init__(self, binding: Binding, log: IO[bytes]) -> None:
+        self.binding = binding
+        self.log = log
+        self.reporter = Reporter(binding, self.say)
+        self.child: subprocess.Popen[bytes] | None = None
+        self.terminating = False
+
+    def say(self, message: str) -> None:
+        stamp = time.strftime("%H:%M:%S")
+        self.log.write(f"[starforge {stamp}] {message}\n".encode())
+        self.log.flush()
+
+    def on_sigterm(self, signum: int, frame: object) -> None:
+        self.terminating = True
+        if self.child is not None and self.child.poll() is None:
+            self.child.send_signal(signal.SIGTERM)
+
+    def _load(self) -> tuple[JobSpec, Manifest]:
+        data = json.loads((Path(self.binding.run_dir) / "state" / "run.json").read_text())
+        return JobSpec.model_validate(data["spec"]), Manifest.model_validate(data["manifest"])
+
+    def _prepare_work_dir(self, manifest: Manifest) -> None:
+        work = Path(self.binding.work_dir)
+        storage = Path(self.binding.storage_root)
+        if self.binding.node_rank == 0:
+            written = unpack(manifest, storage, work)
+            what = f"unpacked {written} files" if written else "reused the unpacked package"
+            self.say(f"{what} ({manifest.total_bytes} bytes) into {work}")
+            return
+        # Other nodes share the storage: wait for node 0's complete work dir.
+        want = manifest_digest(manifest)
+        deadline = time.monotonic() + _PEER_UNPACK_WAIT_S
+        while time.monotonic() < deadline:
+            marker = work / MARKER
+            if marker.is_file() and json.loads(marker.read_text()).get("manifest") == want:
+                return
+            time.sleep(0.2)
+        raise RunnerError("node 0 did not unpack the package in time")
+
+    def _base_env(self) -> dict[str, str]:
+        # The runner inherits the control plane's environment; its settings are not the job's.
+        return {k: v for k, v in os.environ.items() if not k.startswith(("STARFORGE_", "FORGE_"))}
+
+    def run(self) -> int:
+        b = self.binding
+        self.say(f"run {b.run_id} attempt {b.attempt} node {b.node_rank}/{b.nnodes} starting")
+        self.reporter.send("starting")
+        try:
+            spec, manifest = self._load()
+            self._prepare_work_dir(manifest)
+            method = get_method(spec.method.id)
+            Path(b.out_dir).mkdir(parents=True, exist_ok=True)
+            env = {**self._base_env(), **job_env(spec, b)}
+            plan = compile_plan(spec, method, b, env)
+        except (StarForgeError, OSError, ValueError) as exc:
+            message = exc.message if isinstance(exc, StarForgeError) else str(exc)
+            self.say(f"startup failed: {message}")
+            return self._finish(2, EndReason.STARTUP_FAILED)
+        if self.terminating:
+            self.say("terminated before the entrypoint started")
+            return self._finish(SIGTERM_EXIT, None)
+        self.say(f"running: {' '.join(plan.argv)} (cwd {plan.cwd})")
+        self.reporter.send("running")
+        self.child = subprocess.Popen(
+            plan.argv,
+            cwd=plan.cwd,
+            env=plan.env,
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        if self.terminating:  # SIGTERM landed between the check and Popen
+            self.child.send_signal(signal.SIGTERM)
+        code = self.child.wait()
+        if code < 0:
+            code = 128 - code
+        return self._finish(code, EndReason.COMPLETED if code == 0 else EndReason.EXIT_NONZERO)
+
+    def _finish(self, code: int, reason: EndReason | None) -> int:
+        self.say(
+            f"attempt {self.binding.attempt} node {self.binding.node_rank} exited with code {code}"
+        )
+        write_exit_record(self.binding, code, reason)
+        self.reporter.send("exited", exit_code=code, end_reason=reason, patience_s=60.0)
+        self.reporter.close()
+        return code
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m starforge.runner BINDING_JSON", file=sys.stderr)
+        return 2
+    binding = Binding.model_validate_json(Path(argv[0]).read_text())
+    Path(binding.log_path).parent.mkdir(parents=True, exist_ok=True)
+    with open(binding.log_path, "ab", buffering=0) as log:
+        runner = Runner(binding, log)
+        signal.signal(signal.SIGTERM, runner.on_sigterm)
+        return runner.run()

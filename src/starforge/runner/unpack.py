@@ -1,0 +1,75 @@
+"""Verify and unpack a package from the content-addressed blob store into the run's work dir.
+
+Every file is re-hashed while it is copied, so a corrupt blob fails the attempt instead of
+training on wrong bytes. The work dir is built beside its final name and renamed into place, and a
+marker names the manifest it holds, so a retried attempt reuses a complete work dir and never sees
+half of one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+from starforge.contract.errors import RunnerError
+from starforge.contract.jobspec import Manifest
+
+MARKER = ".starforge-unpacked.json"
+_CHUNK = 1 << 20
+
+
+def blob_path(storage_root: Path, digest: str) -> Path:
+    return storage_root / "blobs" / "sha256" / digest[:2] / digest[2:]
+
+
+def manifest_digest(manifest: Manifest) -> str:
+    canonical = json.dumps(manifest.model_dump(mode="json"), sort_keys=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _copy_verified(src: Path, dst: Path, expected: str) -> None:
+    digest = hashlib.sha256()
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with src.open("rb") as fin, dst.open("wb") as fout:
+        while chunk := fin.read(_CHUNK):
+            digest.update(chunk)
+            fout.write(chunk)
+    if digest.hexdigest() != expected:
+        raise RunnerError(
+            f"blob {expected} is corrupt (its content hashes to "
+            f"{digest.hexdigest()}); resubmit the run"
+        )
+
+
+def unpack(manifest: Manifest, storage_root: Path, work_dir: Path) -> int:
+    """Materialise ``manifest`` in ``work_dir``; returns how many files it wrote (0 = reused)."""
+    want = manifest_digest(manifest)
+    marker = work_dir / MARKER
+    if marker.is_file() and json.loads(marker.read_text()).get("manifest") == want:
+        return 0
+    staging = work_dir.with_name(f"{work_dir.name}.unpacking-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        for entry in manifest.files:
+            src = blob_path(storage_root, entry.sha256)
+            if not src.is_file():
+                raise RunnerError(
+                    f"blob for {entry.path} ({entry.sha256}) is missing from "
+                    f"{storage_root}; resubmit the run"
+                )
+            dst = staging / entry.path
+            _copy_verified(src, dst, entry.sha256)
+            if entry.executable:
+                dst.chmod(0o755)
+        (staging / MARKER).write_text(json.dumps({"manifest": want}))
+        if work_dir.exists():
+            # An incomplete or different work dir from an earlier attempt: replace it whole.
+            shutil.rmtree(work_dir)
+        os.rename(staging, work_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return len(manifest.files)

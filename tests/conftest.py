@@ -1,0 +1,80 @@
+"""Shared fixtures: an isolated StarForge home, labs in real git repos, and running ``sf``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from starforge.cli.main import main
+from starforge.project import experiments, lab
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> object:
+        return json.loads(self.out)
+
+
+@pytest.fixture
+def sf_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "sf-home"
+    monkeypatch.setenv("STARFORGE_HOME", str(home))
+    monkeypatch.delenv("STARFORGE_SERVER", raising=False)
+    monkeypatch.delenv("STARFORGE_TOKEN", raising=False)
+    return home
+
+
+@pytest.fixture
+def sf(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., Result]:
+    """Run ``sf ARGS...`` in-process (optionally in ``cwd``) and capture what it printed."""
+
+    def run(*args: str, cwd: Path | None = None) -> Result:
+        if cwd is not None:
+            monkeypatch.chdir(cwd)
+        capsys.readouterr()
+        code = main(list(args))
+        captured = capsys.readouterr()
+        return Result(code, captured.out, captured.err)
+
+    return run
+
+
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=root, check=True, capture_output=True, text=True
+    ).stdout
+
+
+def commit_all(root: Path, message: str = "work") -> None:
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", message)
+
+
+@pytest.fixture
+def new_lab(tmp_path: Path) -> Iterator[Callable[..., lab.Lab]]:
+    """Make a lab in a real git repo, optionally with committed experiments."""
+
+    def make(name: str = "lab", experiments_: dict[str, str] | None = None) -> lab.Lab:
+        made = lab.init_lab(tmp_path / name)
+        for exp, method in (experiments_ or {}).items():
+            experiments.new_experiment(made, exp, method)
+        if experiments_:
+            commit_all(made.root, "add experiments")
+        return made
+
+    yield make
