@@ -1,0 +1,218 @@
+"""GRPO training with TRL, as the StarForge runner runs it (cwd = this experiment's folder).
+
+Reads FORGE_MODEL, FORGE_TRAIN_DATA / FORGE_VALIDATION_DATA (JSONL or Parquet, ``prompt``
+column), FORGE_OUT_DIR, FORGE_HYPERPARAMS (JSON overrides of config.yaml), FORGE_RESUME_FROM.
+Prints ``[metrics] {json}`` per step (``[eval]`` for evaluations); writes checkpoints to
+$FORGE_OUT_DIR/checkpoints, then the model to $FORGE_OUT_DIR/final and summary.json (also
+printed as ``[summary] {json}``). Exit codes: 0 done, 2 bad input, 143 stopped by SIGTERM.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import signal
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import yaml
+from transformers import (
+    PrinterCallback,
+    TrainerCallback,
+    TrainerControl,
+    TrainerState,
+    TrainingArguments,
+)
+
+HERE = Path(__file__).resolve().parent
+EXIT_BAD_INPUT = 2
+EXIT_SIGTERM = 143
+DATA_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+
+
+def fail(message: str) -> NoReturn:
+    print(f"train.py: error: {message}", file=sys.stderr)
+    sys.exit(EXIT_BAD_INPUT)
+
+
+def input_path(name: str, *, required: bool) -> Path | None:
+    """The existing file or folder a variable points to (None if unset and optional)."""
+    value = os.environ.get(name, "")
+    if not value:
+        if required:
+            fail(f"{name} is not set")
+        return None
+    path = Path(value).expanduser()
+    if not path.exists():
+        fail(f"{name}={value}: no such file or folder")
+    return path
+
+
+def model_location() -> str:
+    """FORGE_MODEL as given: an existing folder, or else something that reads as a hub id."""
+    value = os.environ.get("FORGE_MODEL") or fail("FORGE_MODEL is not set")
+    if Path(value).expanduser().exists():
+        return str(Path(value).expanduser())
+    if value.startswith(("/", ".", "~")) or not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", value):
+        fail(f"FORGE_MODEL={value}: no such folder (and not a hub id)")
+    return value  # a hub id; works offline only if it is in the HF cache
+
+
+def load_settings() -> dict[str, Any]:
+    """config.yaml, then FORGE_HYPERPARAMS on top."""
+    settings = yaml.safe_load((HERE / "config.yaml").read_text()) or {}
+    if not isinstance(settings, dict):
+        fail("config.yaml must be a mapping of GRPOConfig arguments")
+    raw = os.environ.get("FORGE_HYPERPARAMS", "")
+    if raw:
+        try:
+            overrides = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            fail(f"FORGE_HYPERPARAMS is not valid JSON: {exc}")
+        if not isinstance(overrides, dict):
+            fail("FORGE_HYPERPARAMS must be a JSON object")
+        settings.update(overrides)
+    if "output_dir" in settings:
+        fail("output_dir is set by the platform ($FORGE_OUT_DIR/checkpoints); remove it")
+    return settings
+
+
+def load_prompts(path: Path) -> Any:
+    from datasets import load_dataset
+
+    kind = DATA_FORMATS.get(path.suffix.lower())
+    if kind is None:
+        fail(f"{path}: expected one of {', '.join(DATA_FORMATS)}")
+    dataset = load_dataset(kind, data_files=str(path), split="train")
+    if "prompt" not in dataset.column_names:
+        fail(f"{path}: no 'prompt' column (columns: {', '.join(dataset.column_names)})")
+    return dataset
+
+
+def latest_checkpoint(folder: Path) -> Path | None:
+    """The complete checkpoint-<N> with the highest N (numeric, not name order)."""
+    found = [
+        (int(p.name.split("-", 1)[1]), p)
+        for p in folder.glob("checkpoint-*")
+        if re.fullmatch(r"checkpoint-\d+", p.name) and (p / "trainer_state.json").is_file()
+    ]
+    return max(found)[1] if found else None
+
+
+def steps_in(checkpoint: Path) -> int:
+    """The global step a checkpoint was saved at (0 if it has no trainer state)."""
+    state = checkpoint / "trainer_state.json"
+    return int(json.loads(state.read_text())["global_step"]) if state.is_file() else 0
+
+
+class SigtermStop(TrainerCallback):
+    """On SIGTERM: finish the current step, save a checkpoint, stop training."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        signal.signal(signal.SIGTERM, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.requested = True  # no printing here: the main thread may be mid-write to stdout
+
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
+    ) -> None:
+        if self.requested:
+            print(f"[signal] SIGTERM: saving checkpoint-{state.global_step} and stopping")
+            control.should_save = True
+            control.should_training_stop = True
+
+
+class PrintMetrics(TrainerCallback):
+    """Prints each log as one compact JSON line: ``[metrics]`` for steps, ``[eval]`` for evals."""
+
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, Any] | None = None,
+        **kw: Any,
+    ) -> None:
+        logs = logs or {}
+        if "train_runtime" in logs:  # the end-of-training summary, not a step
+            return
+        values = {k: v for k, v in logs.items() if isinstance(v, int | float)}
+        tag = "[eval]" if any(k.startswith("eval_") for k in values) else "[metrics]"
+        line = json.dumps({"step": state.global_step, **values}, separators=(",", ":"))
+        print(f"{tag} {line}", flush=True)
+
+
+def summarize(state: TrainerState) -> dict[str, Any]:
+    rewards = [e["reward"] for e in state.log_history if "reward" in e]
+    return {
+        "steps": state.global_step,
+        "first_reward": rewards[0] if rewards else None,
+        "final_reward": rewards[-1] if rewards else None,
+        "max_reward": max(rewards) if rewards else None,
+    }
+
+
+def main() -> int:
+    stop = SigtermStop()  # first, so that a stop during the slow start-up is not lost
+    model = model_location()
+    train_path = input_path("FORGE_TRAIN_DATA", required=True)
+    val_path = input_path("FORGE_VALIDATION_DATA", required=False)
+    out_dir = Path(os.environ.get("FORGE_OUT_DIR") or fail("FORGE_OUT_DIR is not set"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    resume_from = input_path("FORGE_RESUME_FROM", required=False)
+    settings = load_settings()
+
+    from reward import REWARD_FUNCS
+    from trl import GRPOConfig, GRPOTrainer  # after the checks: importing TRL takes seconds
+
+    known = {f.name for f in dataclasses.fields(GRPOConfig)}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        fail(f"unknown GRPOConfig argument(s) in config.yaml/FORGE_HYPERPARAMS: {unknown}")
+    if val_path is None:
+        settings["eval_strategy"] = "no"
+    checkpoints = out_dir / "checkpoints"
+    try:
+        config = GRPOConfig(output_dir=str(checkpoints), **settings)
+    except (TypeError, ValueError) as exc:
+        fail(f"invalid GRPOConfig: {exc}")
+
+    resume = resume_from or latest_checkpoint(checkpoints)
+    # Resumed from a checkpoint that already has max_steps, Trainer would run one step more.
+    finished = resume is not None and 0 < config.max_steps <= steps_in(resume)
+    trainer = GRPOTrainer(
+        model=str(resume) if finished else model,
+        reward_funcs=REWARD_FUNCS,
+        args=config,
+        train_dataset=load_prompts(train_path),
+        eval_dataset=load_prompts(val_path) if val_path else None,
+        callbacks=[PrintMetrics(), stop],
+    )
+    trainer.remove_callback(PrinterCallback)  # it prints each log again as a Python dict
+    if stop.requested:
+        print("[stopped] before the first step; nothing to save")
+        return EXIT_SIGTERM
+    if finished:
+        print(f"[start] {resume} already has all {config.max_steps} steps; exporting it")
+        trainer.state = TrainerState.load_from_json(str(Path(resume, "trainer_state.json")))
+    else:
+        print(f"[start] model={model} resume_from={resume or '-'} max_steps={config.max_steps}")
+        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+
+    if stop.requested:
+        print(f"[stopped] at step {trainer.state.global_step}; checkpoint in {checkpoints}")
+        return EXIT_SIGTERM
+    trainer.save_model(str(out_dir / "final"))
+    summary = summarize(trainer.state)
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"[summary] {json.dumps(summary, separators=(',', ':'))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

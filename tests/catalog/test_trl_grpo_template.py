@@ -1,0 +1,210 @@
+"""The trl/grpo template runs a real (tiny) GRPO job the way the platform runs it.
+
+The template is copied into a lab's experiments/demo, ``prepare.py`` builds the model and data,
+and ``train.py`` runs as a subprocess with the job's environment, offline, on CPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [
+    pytest.mark.training,
+    pytest.mark.timeout(300),
+    pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="needs the [train] extra"),
+]
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+TEMPLATE = SRC / "starforge" / "catalog" / "trl" / "grpo" / "template"
+# Slower steps (longer completions, bigger batch) so a SIGTERM lands well before the end.
+SLOW = {
+    "max_steps": 12,
+    "max_completion_length": 64,
+    "per_device_train_batch_size": 16,
+    "num_generations": 4,
+    "eval_steps": 6,
+}
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A lab with the template as experiments/demo, after ``prepare.py``."""
+    root = tmp_path_factory.mktemp("lab")
+    (root / "starforge.yaml").write_text("project: demo\n")
+    shutil.copytree(
+        TEMPLATE, root / "experiments" / "demo", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    done = run_prepare(root)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "wrote" in done.stdout
+    return root
+
+
+def run_prepare(root: Path) -> subprocess.CompletedProcess[str]:
+    exp = root / "experiments" / "demo"
+    return subprocess.run(
+        [sys.executable, "prepare.py"],
+        cwd=exp,
+        env=job_env(root, root / "none"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def job_env(root: Path, out: Path, hyperparams: dict[str, Any] | None = None) -> dict[str, str]:
+    """The environment the runner gives the job (paths as the platform resolves them)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORGE_")}
+    env.update(
+        FORGE_EXP_DIR=str(root / "experiments" / "demo"),
+        FORGE_OUT_DIR=str(out),
+        FORGE_RUN_ID="run-1",
+        FORGE_ATTEMPT="1",
+        FORGE_MODEL=str(root / "models" / "tiny-llama"),
+        FORGE_TRAIN_DATA=str(root / "data" / "train.jsonl"),
+        FORGE_VALIDATION_DATA=str(root / "data" / "val.jsonl"),
+        HF_HUB_OFFLINE="1",
+        HF_HOME=str(root / ".hf-home"),
+        OMP_NUM_THREADS="1",
+        PYTHONUNBUFFERED="1",
+    )
+    if hyperparams:
+        env["FORGE_HYPERPARAMS"] = json.dumps(hyperparams)
+    return env
+
+
+def start_training(root: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    Path(env["FORGE_OUT_DIR"]).mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(
+        [sys.executable, "train.py"],
+        cwd=env["FORGE_EXP_DIR"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def train(root: Path, env: dict[str, str]) -> tuple[int, str]:
+    proc = start_training(root, env)
+    out, _ = proc.communicate(timeout=240)
+    return proc.returncode, out
+
+
+def logged(output: str, tag: str = "[metrics] ") -> list[dict[str, Any]]:
+    return [json.loads(line[len(tag) :]) for line in output.splitlines() if line.startswith(tag)]
+
+
+def checkpoint_steps(out: Path) -> list[int]:
+    return sorted(int(p.name.split("-")[1]) for p in (out / "checkpoints").glob("checkpoint-*"))
+
+
+def test_prepare_builds_model_and_prompts_and_keeps_them_on_rerun(lab: Path) -> None:
+    model = lab / "models" / "tiny-llama"
+    assert (model / "config.json").is_file() and (model / "model.safetensors").is_file()
+    assert (model / "tokenizer.json").is_file()
+    train_rows = (lab / "data" / "train.jsonl").read_text().splitlines()
+    val_rows = (lab / "data" / "val.jsonl").read_text().splitlines()
+    assert len(train_rows) >= 24 and len(val_rows) >= 4
+    assert all(set(json.loads(row)) == {"prompt"} for row in train_rows + val_rows)
+    before = (model / "model.safetensors").read_bytes()
+
+    again = run_prepare(lab)
+
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.count("kept") == 3 and "wrote" not in again.stdout
+    assert (model / "model.safetensors").read_bytes() == before
+
+
+def test_demo_learns_logs_every_step_checkpoints_and_exports_once(
+    lab: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+
+    code, output = train(lab, job_env(lab, out))
+
+    assert code == 0, output
+    steps = logged(output)
+    assert [m["step"] for m in steps] == list(range(1, 21))
+    assert all(isinstance(m["reward"], float) and isinstance(m["loss"], float) for m in steps)
+    assert [e["step"] for e in logged(output, "[eval] ")] == [10, 20]
+    summary = json.loads((out / "summary.json").read_text())
+    assert logged(output, "[summary] ") == [summary]
+    assert summary["steps"] == 20
+    assert summary["final_reward"] > summary["first_reward"]
+    assert summary["max_reward"] > 0.5  # it visibly learned to emit "a"
+    assert summary["final_reward"] == steps[-1]["reward"]
+    assert 20 in checkpoint_steps(out)
+    assert (out / "final" / "model.safetensors").is_file()
+    assert (out / "final" / "tokenizer.json").is_file()
+
+    code, again = train(lab, job_env(lab, out))  # the finished job, run again
+
+    assert code == 0, again
+    assert logged(again) == []  # nothing trained past max_steps
+    assert json.loads((out / "summary.json").read_text()) == summary
+
+
+def test_sigterm_saves_a_checkpoint_and_a_rerun_resumes_to_the_end(
+    lab: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    env = job_env(lab, out, SLOW)
+    proc = start_training(lab, env)
+    seen: list[str] = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        seen.append(line)
+        if line.startswith("[metrics] ") and json.loads(line[10:])["step"] >= 3:
+            proc.send_signal(signal.SIGTERM)
+            break
+    rest, _ = proc.communicate(timeout=120)
+    first_output = "".join(seen) + rest
+
+    assert proc.returncode == 143, first_output
+    stopped_at = logged(first_output)[-1]["step"]
+    assert 3 <= stopped_at < SLOW["max_steps"]
+    assert checkpoint_steps(out)[-1] == stopped_at
+    assert not (out / "final").exists() and not (out / "summary.json").exists()
+
+    code, output = train(lab, env)  # same job again, no FORGE_RESUME_FROM
+
+    assert code == 0, output
+    steps = [m["step"] for m in logged(output)]
+    assert steps == list(range(stopped_at + 1, SLOW["max_steps"] + 1))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == SLOW["max_steps"]
+
+
+@pytest.mark.parametrize(
+    ("unset", "broken", "message"),
+    [
+        ("FORGE_TRAIN_DATA", None, "FORGE_TRAIN_DATA is not set"),
+        (None, "FORGE_MODEL", "FORGE_MODEL=/no/such/model: no such folder"),
+    ],
+)
+def test_missing_inputs_fail_fast_with_one_line_and_exit_2(
+    lab: Path, tmp_path: Path, unset: str | None, broken: str | None, message: str
+) -> None:
+    env = job_env(lab, tmp_path / "out")
+    if unset:
+        del env[unset]
+    if broken:
+        env[broken] = "/no/such/model"
+
+    code, output = train(lab, env)
+
+    assert code == 2
+    lines = output.strip().splitlines()
+    assert len(lines) == 1, output
+    assert lines[0].startswith(f"train.py: error: {message}")

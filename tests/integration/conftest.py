@@ -1,0 +1,73 @@
+"""A real embedded server per test module, started by ``sf`` itself in an isolated home."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from starforge.cli.main import main
+from starforge.project import experiments, lab
+from tests.conftest import Result, commit_all
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def server_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    home = tmp_path_factory.mktemp("sf-home")
+    saved = {k: os.environ.get(k) for k in ("STARFORGE_HOME", "STARFORGE_SERVER")}
+    os.environ["STARFORGE_HOME"] = str(home)
+    os.environ.pop("STARFORGE_SERVER", None)
+    assert main(["server", "start"]) == 0
+    yield home
+    main(["server", "stop"])
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture
+def sf_home(server_home: Path) -> Path:
+    """Integration tests share their module's server instead of an empty home."""
+    return server_home
+
+
+@pytest.fixture
+def custom_lab(new_lab: Callable[..., lab.Lab]) -> Callable[..., lab.Lab]:
+    """A lab with one custom/custom experiment whose train.sh runs ``steps`` steps."""
+
+    def make(name: str = "c1", steps: int = 5, step_seconds: float = 0.01) -> lab.Lab:
+        made = new_lab()
+        experiments.new_experiment(made, name, "custom/custom")
+        script = made.root / "experiments" / name / "train.sh"
+        text = script.read_text()
+        text = re.sub(r'STEPS="\$\{STEPS:-\d+\}"', f'STEPS="${{STEPS:-{steps}}}"', text)
+        text = re.sub(
+            r'STEP_SECONDS="\$\{STEP_SECONDS:-[0-9.]+\}"',
+            f'STEP_SECONDS="${{STEP_SECONDS:-{step_seconds}}}"',
+            text,
+        )
+        script.write_text(text)
+        commit_all(made.root, f"add {name}")
+        return made
+
+    return make
+
+
+def wait_for(
+    sf: Callable[..., Result], run_id: str, statuses: set[str], timeout: float = 180.0
+) -> dict[str, object]:
+    deadline = time.monotonic() + timeout
+    while True:
+        view = sf("job", "status", run_id, "--json").json()
+        assert isinstance(view, dict)
+        if view["status"] in statuses or time.monotonic() > deadline:
+            return view
+        time.sleep(0.2)
