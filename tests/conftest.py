@@ -28,6 +28,18 @@ class Result:
         return json.loads(self.out)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _never_the_real_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Whatever a test forgets, nothing it runs may touch the user's ~/.starforge."""
+    saved = os.environ.get("STARFORGE_HOME")
+    os.environ["STARFORGE_HOME"] = str(tmp_path_factory.mktemp("default-home"))
+    yield
+    if saved is None:
+        os.environ.pop("STARFORGE_HOME", None)
+    else:
+        os.environ["STARFORGE_HOME"] = saved
+
+
 @pytest.fixture
 def sf_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "sf-home"
@@ -39,9 +51,12 @@ def sf_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def sf(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, sf_home: Path
 ) -> Callable[..., Result]:
-    """Run ``sf ARGS...`` in-process (optionally in ``cwd``) and capture what it printed."""
+    """Run ``sf ARGS...`` in-process (optionally in ``cwd``) and capture what it printed.
+
+    It depends on ``sf_home``, so no test ever talks to the real ``~/.starforge``.
+    """
 
     def run(*args: str, cwd: Path | None = None) -> Result:
         if cwd is not None:

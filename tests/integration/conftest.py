@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -55,6 +56,8 @@ def custom_lab(new_lab: Callable[..., lab.Lab]) -> Callable[..., lab.Lab]:
             text,
         )
         script.write_text(text)
+        # Unique content per lab, so blob de-duplication across tests cannot hide an upload.
+        (made.root / "experiments" / name / "lab-id.txt").write_text(f"{uuid.uuid4()}\n")
         commit_all(made.root, f"add {name}")
         return made
 

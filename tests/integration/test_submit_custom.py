@@ -19,6 +19,12 @@ def submit(sf: Callable[..., Result], root: Path, *extra: str, exp: str = "c1") 
     return sf("submit", exp, "--profile", "h200:1", "--json", *extra, cwd=root)
 
 
+def run_ids(sf: Callable[..., Result]) -> set[str]:
+    runs = sf("job", "ls", "--json", "--limit", "500").json()
+    assert isinstance(runs, list)
+    return {r["run_id"] for r in runs}
+
+
 def test_a_submitted_run_is_queued_dispatched_run_and_succeeds(
     sf: Callable[..., Result],
     custom_lab: Callable[..., Lab],
@@ -67,12 +73,12 @@ def test_dirty_tree_is_refused_without_allow_dirty_and_creates_nothing(
     custom_lab: Callable[..., Lab],
 ) -> None:
     lab = custom_lab(steps=1)
-    before = sf("job", "ls", "--json", "--limit", "500").json()
+    before = run_ids(sf)
     (lab.root / "experiments" / "c1" / "train.sh").write_text("echo edited\n")
     refused = submit(sf, lab.root)
     assert refused.code == 2
     assert "uncommitted changes in experiments/c1/train.sh" in refused.err
-    assert sf("job", "ls", "--json", "--limit", "500").json() == before
+    assert run_ids(sf) == before
     accepted = submit(sf, lab.root, "--allow-dirty")
     assert accepted.code == 0, accepted.err
     run_id = str(accepted.json()["run_id"])  # type: ignore[index]
@@ -87,13 +93,13 @@ def test_secret_file_is_refused_even_with_allow_dirty(
     custom_lab: Callable[..., Lab],
 ) -> None:
     lab = custom_lab(steps=1)
-    before = sf("job", "ls", "--json", "--limit", "500").json()
+    before = run_ids(sf)
     (lab.root / "experiments" / "c1" / "hf_token.txt").write_text("hf_secret")
     git(lab.root, "add", "-f", "experiments/c1/hf_token.txt")
     got = submit(sf, lab.root, "--allow-dirty")
     assert got.code == 2
     assert "experiments/c1/hf_token.txt" in got.err
-    assert sf("job", "ls", "--json", "--limit", "500").json() == before
+    assert run_ids(sf) == before
 
 
 def test_stop_on_a_running_job_terminates_it(

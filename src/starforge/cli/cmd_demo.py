@@ -17,10 +17,7 @@ from typing import Annotated
 import typer
 
 from starforge.cli import cmd_submit
-from starforge.cli.connect import connect
 from starforge.cli.output import out
-from starforge.contract.errors import GitError, StarForgeError
-from starforge.project import experiments, lab
 
 EXPERIMENT = "grpo-demo"
 SUBMIT_ARGS = {
@@ -35,6 +32,8 @@ def _step(text: str) -> None:
 
 
 def _run(args: list[str], cwd: Path) -> None:
+    from starforge.contract.errors import StarForgeError
+
     result = subprocess.run(args, cwd=cwd, capture_output=True, text=True)
     if result.stdout.strip():
         out.line(result.stdout.rstrip())
@@ -43,6 +42,8 @@ def _run(args: list[str], cwd: Path) -> None:
 
 
 def _summary(run_id: str) -> dict[str, float] | None:
+    from starforge.cli.connect import connect
+
     with connect() as client:
         view = client.get_run(run_id)
         attempt = view.attempts[-1].number if view.attempts else 1
@@ -60,6 +61,9 @@ def demo(
 
     Example: sf demo ./demo-lab
     """
+    from starforge.contract.errors import GitError
+    from starforge.project import experiments, lab
+
     root = directory.resolve()
     if not (root / lab.MARKER).exists():
         _step(f"sf init {directory} --yes")
@@ -93,6 +97,8 @@ def demo(
 
 
 def _last_summary() -> dict[str, float] | None:
+    from starforge.cli.connect import connect
+
     with connect() as client:
         runs = client.list_runs(limit=1).runs
     return _summary(runs[0].run_id) if runs else None

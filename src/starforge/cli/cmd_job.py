@@ -3,16 +3,16 @@ prefix; no id means the latest run (for ``logs`` and ``status``)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from starforge.cli import logs as log_view
-from starforge.cli.connect import connect
 from starforge.cli.output import ago, out, status_text
-from starforge.client.http import Client
-from starforge.contract.api import RunView
-from starforge.contract.errors import RunNotFound
+
+# Command modules import the client lazily, inside each command: `sf --help` stays fast.
+if TYPE_CHECKING:
+    from starforge.client.http import Client
+    from starforge.contract.api import RunView
 
 app = typer.Typer(help="Follow and control runs.", no_args_is_help=True)
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print a JSON document for scripts.")]
@@ -22,6 +22,8 @@ RunArg = Annotated[
 
 
 def resolve(client: Client, ref: str | None) -> RunView:
+    from starforge.contract.errors import RunNotFound
+
     if ref:
         return client.get_run(ref)
     runs = client.list_runs(limit=1).runs
@@ -42,6 +44,8 @@ def list_runs(
 
     Example: sf job ls --status running
     """
+    from starforge.cli.connect import connect
+
     out.set_json(json_out)
     with connect() as client:
         runs = client.list_runs(limit=limit, status=status).runs
@@ -72,6 +76,8 @@ def status(run: RunArg = None, json_out: JsonOpt = False) -> None:
 
     Example: sf job status r-7f3a
     """
+    from starforge.cli.connect import connect
+
     out.set_json(json_out)
     with connect() as client:
         view = resolve(client, run)
@@ -133,6 +139,9 @@ def logs(
 
     Examples: sf job logs · sf job logs r-7f3a -n 0 --no-follow
     """
+    from starforge.cli import logs as log_view
+    from starforge.cli.connect import connect
+
     out.set_json(json_out)
     with connect() as client:
         view = resolve(client, run)
@@ -157,6 +166,8 @@ def stop(
 
     Example: sf job stop r-7f3a
     """
+    from starforge.cli.connect import connect
+
     out.set_json(json_out)
     with connect() as client:
         view = client.get_run(run)

@@ -8,8 +8,6 @@ from typing import Annotated
 import typer
 
 from starforge.cli.output import out
-from starforge.contract.errors import UsageError
-from starforge.project import experiments, lab
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print a JSON document for scripts.")]
 
@@ -30,6 +28,9 @@ def init(
 
     Example: sf init my-lab --name rl-team
     """
+    from starforge.contract.errors import UsageError
+    from starforge.project import lab
+
     out.set_json(json_out)
     target = directory.resolve()
     if (
@@ -55,6 +56,8 @@ def new(
 
     Example: sf new my-grpo --method trl/grpo
     """
+    from starforge.project import experiments, lab
+
     out.set_json(json_out)
     here = lab.find_lab()
     exp = experiments.new_experiment(here, name, method)

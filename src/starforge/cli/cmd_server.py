@@ -8,10 +8,7 @@ from typing import Annotated
 
 import typer
 
-from starforge.cli import connect
 from starforge.cli.output import out
-from starforge.client import config
-from starforge.client.http import Client
 
 app = typer.Typer(help="Run the embedded control plane on this machine.", no_args_is_help=True)
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print a JSON document for scripts.")]
@@ -26,6 +23,9 @@ def _uptime(started: datetime) -> str:
 
 
 def _describe(url: str) -> dict[str, object]:
+    from starforge.client import config
+    from starforge.client.http import Client
+
     with Client(url) as client:
         info = client.info()
     return {
@@ -46,6 +46,8 @@ def start(json_out: JsonOpt = False) -> None:
 
     Example: sf server start
     """
+    from starforge.cli import connect
+
     out.set_json(json_out)
     began = time.monotonic()
     url, _ = connect.start_embedded()
@@ -60,6 +62,8 @@ def stop(json_out: JsonOpt = False) -> None:
 
     Example: sf server stop
     """
+    from starforge.cli import connect
+
     out.set_json(json_out)
     pid = connect.stop_embedded()
     out.data({"stopped": pid is not None, "pid": pid})
@@ -72,6 +76,9 @@ def status(json_out: JsonOpt = False) -> None:
 
     Example: sf server status --json
     """
+    from starforge.cli import connect
+    from starforge.client import config
+
     out.set_json(json_out)
     remote = config.remote_from_env()
     found = (remote.url, 0) if remote else connect.running_embedded()

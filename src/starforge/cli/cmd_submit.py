@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from contextlib import ExitStack
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-from starforge.cli import logs as log_view
-from starforge.cli import submit_flow
-from starforge.cli.connect import connect
 from starforge.cli.output import human_bytes, out, status_text
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 
 def submit(
@@ -62,6 +61,13 @@ def submit(
 
       sf submit my-custom --profile h200:8 --follow
     """
+    # Imported here, not at the top: `sf --help` must not pay for the client and the packer.
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    from starforge.cli import logs as log_view
+    from starforge.cli import submit_flow
+    from starforge.cli.connect import connect
+
     out.set_json(json_out)
     opts = submit_flow.SubmitOptions(
         experiment=experiment,

@@ -1,0 +1,147 @@
+"""``python -m starforge.server [--home DIR]``: run the control plane in the foreground.
+
+The server binds its socket itself (port 0 picks a free one), so it knows its URL before serving;
+once uvicorn has started, it writes ``<home>/server/server.json`` = {url, pid, version,
+started_at} atomically, and removes it on a clean shutdown (SIGTERM or SIGINT). A second server
+for the same home refuses to start while the first one's pid is alive. Logs go to
+``<home>/server/server.log``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import uvicorn
+
+from starforge import __version__
+from starforge.server.app import create_app
+from starforge.server.db.models import utcnow
+from starforge.server.executors.local import pid_alive
+from starforge.server.settings import Settings, load_settings
+from starforge.server.storage import write_json_atomic
+
+log = logging.getLogger("starforge.server")
+SHUTDOWN_GRACE_S = 5
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m starforge.server", description="Run the StarForge control plane."
+    )
+    parser.add_argument("--home", help="state directory (default $STARFORGE_HOME or ~/.starforge)")
+    parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port to listen on (0 = a free one)")
+    return parser.parse_args(argv)
+
+
+def setup_logging(settings: Settings) -> None:
+    settings.server_dir.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(settings.server_dir / "server.log", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+
+
+def other_server(info_path: Path) -> str | None:
+    """The URL of a live server already registered for this home, if any."""
+    try:
+        info = json.loads(info_path.read_text(encoding="utf-8"))
+        pid = int(info["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if pid != os.getpid() and pid_alive(pid):
+        return str(info.get("url", "?"))
+    return None
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(False)
+    return sock
+
+
+def url_of(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server, except that a signal ends ``serve`` normally.
+
+    uvicorn re-raises SIGTERM/SIGINT once it has shut down, which would kill the process before
+    server.json is removed; here the signal only asks for a graceful exit.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.handle_exit, sig, None)
+        try:
+            yield
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+
+
+async def serve(
+    server: uvicorn.Server, sock: socket.socket, info_path: Path, info: dict[str, object]
+) -> None:
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started and not task.done():
+        await asyncio.sleep(0.05)
+    if server.started:
+        write_json_atomic(info_path, info)
+        log.info("serving at %s", info["url"])
+    try:
+        await task
+    finally:
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            if json.loads(info_path.read_text())["pid"] == os.getpid():
+                info_path.unlink()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+    settings = load_settings(args.home, **overrides)
+    setup_logging(settings)
+    info_path = settings.server_dir / "server.json"
+    running = other_server(info_path)
+    if running is not None:
+        print(f"a StarForge server already runs for {settings.home} at {running}", file=sys.stderr)
+        return 1
+    sock = bind(settings.host, settings.port)
+    url = settings.url or url_of(sock)
+    settings = settings.model_copy(update={"url": url})
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app, log_config=None, access_log=False, timeout_graceful_shutdown=SHUTDOWN_GRACE_S
+    )
+    info = {
+        "url": url,
+        "pid": os.getpid(),
+        "version": __version__,
+        "started_at": utcnow().isoformat(),
+    }
+    asyncio.run(serve(Server(config), sock, info_path, info))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""Request dependencies: the runtime, the calling user, the client-version gate."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from fastapi import Depends, Header, Request
+
+from starforge.contract.api import CLIENT_VERSION_HEADER, MIN_CLIENT_VERSION
+from starforge.contract.errors import ClientTooOld
+from starforge.server.runtime import Runtime
+from starforge.server.services import users
+
+
+def get_runtime(request: Request) -> Runtime:
+    runtime: Runtime = request.app.state.runtime
+    return runtime
+
+
+RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+
+
+def current_user(rt: RuntimeDep, authorization: Annotated[str | None, Header()] = None) -> str:
+    with rt.transaction() as session:
+        return users.authenticate(session, authorization)
+
+
+UserDep = Annotated[str, Depends(current_user)]
+
+
+def version_tuple(text: str) -> tuple[int, ...] | None:
+    """``0.1.0``, ``0.1.0rc1`` or ``0.2`` as numbers; None when it is not a version at all."""
+    match = re.match(r"^\s*v?(\d+(?:\.\d+)*)", text)
+    if not match:
+        return None
+    parts = tuple(int(p) for p in match.group(1).split("."))
+    return parts + (0,) * (3 - len(parts)) if len(parts) < 3 else parts
+
+
+def check_client_version(
+    client: Annotated[str | None, Header(alias=CLIENT_VERSION_HEADER)] = None,
+) -> None:
+    """Answer 426 to a client older than the oldest this server speaks to."""
+    if not client:
+        return
+    have, need = version_tuple(client), version_tuple(MIN_CLIENT_VERSION)
+    if have is not None and need is not None and have < need:
+        raise ClientTooOld(
+            f"client {client} is older than {MIN_CLIENT_VERSION}, the oldest this server accepts",
+            hint="upgrade the client: pip install -U starforge",
+            details={"client": client, "min_client": MIN_CLIENT_VERSION},
+        )

@@ -1,0 +1,78 @@
+"""The FastAPI application factory.
+
+:func:`create_app` wires the routers under ``/api/v1``, the error handlers and a lifespan that
+builds the runtime (migrating the database), registers the local user when embedded, and runs the
+scheduler and reconciler loops as asyncio tasks for as long as the app serves. Stopping the app
+cancels the loops only: runners are separate process groups and keep running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import Depends, FastAPI
+
+from starforge import __version__
+from starforge.contract.api import API_PREFIX
+from starforge.server.api import blobs, deps, errors, lifecycle, meta, runs
+from starforge.server.executors.base import Executor
+from starforge.server.loops.reconciler import reconciler_loop
+from starforge.server.loops.scheduler import scheduler_loop
+from starforge.server.runtime import Runtime, build_runtime
+from starforge.server.services import users
+from starforge.server.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def register_local_user(rt: Runtime) -> str:
+    """Create (or renew) the embedded server's local user; return its name."""
+    token = users.load_or_create_token(rt.settings.server_dir / "local-token")
+    name = users.local_user_name()
+    with rt.transaction() as session:
+        users.ensure_user(session, name, token)
+    return name
+
+
+def create_app(
+    settings: Settings, *, executor: Executor | None = None, run_loops: bool = True
+) -> FastAPI:
+    """The app for ``settings``; ``executor`` and ``run_loops`` exist for tests."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        rt = await asyncio.to_thread(build_runtime, settings, executor=executor)
+        app.state.runtime = rt
+        if settings.embedded:
+            name = await asyncio.to_thread(register_local_user, rt)
+            log.info("local user %s registered", name)
+        wake = asyncio.Event()
+        rt.bind_loop(asyncio.get_running_loop(), wake)
+        wake.set()  # place whatever waited in the queue while the server was down
+        tasks = []
+        if run_loops:
+            tasks = [
+                asyncio.create_task(scheduler_loop(rt, wake), name="scheduler"),
+                asyncio.create_task(reconciler_loop(rt), name="reconciler"),
+            ]
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            rt.unbind_loop()
+            rt.engine.dispose()
+
+    app = FastAPI(title="StarForge", version=__version__, lifespan=lifespan)
+    errors.install(app)
+    gate = [Depends(deps.check_client_version)]
+    for module in (meta, blobs, runs, lifecycle):
+        app.include_router(module.router, prefix=API_PREFIX, dependencies=gate)
+    return app

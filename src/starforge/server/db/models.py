@@ -1,0 +1,158 @@
+"""ORM models of the control plane's database.
+
+Tables: ``users`` (who may call the API), ``runs`` (one row per submission, stable for life),
+``attempts`` (one row per placement of a run: where it ran, how it ended) and ``events`` (every
+status change, append-only). Only :mod:`starforge.server.statemachine` writes ``runs.status``.
+
+JSON columns are stored as text and parsed by the services, so the schema stays portable between
+SQLite and PostgreSQL. Timestamps are stored as naive UTC and read back as aware UTC.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    DateTime,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timestamp that is always aware UTC in Python, whatever the database keeps."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetimes are not stored; use datetime.now(UTC)")
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class User(Base):
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    token_sha256: Mapped[str] = mapped_column(String(64), index=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    __table_args__ = (UniqueConstraint("user", "idempotency_key", name="uq_runs_user_idem"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    user: Mapped[str] = mapped_column(String(100), index=True)
+    project: Mapped[str] = mapped_column(String(100))
+    experiment: Mapped[str] = mapped_column(String(100))
+    method: Mapped[str] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(20), index=True)
+    end_reason: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    spec_json: Mapped[str] = mapped_column(Text)
+    manifest_json: Mapped[str] = mapped_column(Text)
+    pools_json: Mapped[str] = mapped_column(Text)
+    gpus: Mapped[int] = mapped_column(Integer, default=0)
+    idempotency_key: Mapped[str] = mapped_column(String(128))
+    run_token_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    current_attempt: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+    attempts: Mapped[list[Attempt]] = relationship(
+        back_populates="run", order_by="Attempt.number", cascade="all, delete-orphan"
+    )
+    events: Mapped[list[Event]] = relationship(
+        back_populates="run", order_by="Event.id", cascade="all, delete-orphan"
+    )
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        return dict(json.loads(self.spec_json))
+
+    @property
+    def pools(self) -> list[dict[str, Any]]:
+        return list(json.loads(self.pools_json))
+
+    def attempt(self, number: int) -> Attempt | None:
+        return next((a for a in self.attempts if a.number == number), None)
+
+    @property
+    def current(self) -> Attempt | None:
+        return self.attempt(self.current_attempt) if self.current_attempt else None
+
+
+class Attempt(Base):
+    __tablename__ = "attempts"
+    __table_args__ = (UniqueConstraint("run_id", "number", name="uq_attempts_run_number"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    number: Mapped[int] = mapped_column(Integer)
+    # "local:<pgid>" once started; several nodes' refs joined with "," (each node's own ref,
+    # state and exit code live in nodes_json, keyed by node rank).
+    executor_ref: Mapped[str | None] = mapped_column(Text, nullable=True)
+    allocation_json: Mapped[str] = mapped_column(Text, default="[]")
+    nodes_json: Mapped[str] = mapped_column(Text, default="{}")
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    end_reason: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    log_path: Mapped[str] = mapped_column(Text, default="")
+
+    run: Mapped[Run] = relationship(back_populates="attempts")
+
+    @property
+    def allocation(self) -> list[dict[str, Any]]:
+        return list(json.loads(self.allocation_json or "[]"))
+
+    @property
+    def nodes(self) -> dict[str, dict[str, Any]]:
+        return dict(json.loads(self.nodes_json or "{}"))
+
+    def set_nodes(self, nodes: dict[str, dict[str, Any]]) -> None:
+        self.nodes_json = json.dumps(nodes, sort_keys=True)
+
+
+class Event(Base):
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    src: Mapped[str | None] = mapped_column(String(20), nullable=True)
+    dst: Mapped[str] = mapped_column(String(20))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    actor: Mapped[str] = mapped_column(String(100), default="")
+
+    run: Mapped[Run] = relationship(back_populates="events")

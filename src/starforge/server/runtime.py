@@ -1,0 +1,105 @@
+"""The runtime: everything a service needs, built once per server process.
+
+It holds the settings, the database session factory, the storage, the executor, the inventory and
+the scheduler's wake-up signal. Services take it as their first argument; routers get it from the
+app. ``wake_scheduler`` is safe to call from any thread (request handlers run in a thread pool).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from starforge.server.db.engine import make_engine, make_sessions, migrate
+from starforge.server.db.models import utcnow
+from starforge.server.executors.base import Executor
+from starforge.server.executors.local import LocalExecutor
+from starforge.server.settings import NodeDef, Settings
+from starforge.server.storage import Storage
+
+
+def free_port() -> int:
+    """A TCP port that was free a moment ago on 127.0.0.1."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    engine: Engine
+    sessions: sessionmaker[Session]
+    storage: Storage
+    executor: Executor
+    inventory: list[NodeDef]
+    url: str = ""
+    # Where a multi-node attempt's rank 0 listens; replaceable so unit tests open no sockets.
+    pick_port: Callable[[], int] = field(default=free_port)
+    started_at: datetime = field(default_factory=utcnow)
+    # Held by each scheduler pass and reconciler tick so the two never interleave their
+    # decide-then-act steps (e.g. the reconciler seeing a node that is being started).
+    loop_lock: threading.Lock = field(default_factory=threading.Lock)
+    wakeups: int = 0
+    _loop: asyncio.AbstractEventLoop | None = None
+    _wake: asyncio.Event | None = None
+
+    @contextmanager
+    def transaction(self) -> Iterator[Session]:
+        """A session inside one transaction: committed on success, rolled back on error."""
+        with self.sessions.begin() as session:
+            yield session
+
+    def bind_loop(self, loop: asyncio.AbstractEventLoop, wake: asyncio.Event) -> None:
+        self._loop, self._wake = loop, wake
+
+    def unbind_loop(self) -> None:
+        self._loop, self._wake = None, None
+
+    def wake_scheduler(self) -> None:
+        """Ask for a scheduler pass now (from any thread); counted for tests."""
+        self.wakeups += 1
+        loop, wake = self._loop, self._wake
+        if loop is None or wake is None or loop.is_closed():
+            return
+        try:
+            if loop is _running_loop():
+                wake.set()
+            else:
+                loop.call_soon_threadsafe(wake.set)
+        except RuntimeError:  # the loop is shutting down
+            pass
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def build_runtime(
+    settings: Settings, *, executor: Executor | None = None, url: str = ""
+) -> Runtime:
+    """Connect the database (migrating it), prepare storage and the executor."""
+    engine = make_engine(settings.db_url)
+    migrate(engine)
+    storage = Storage(settings.storage)
+    storage.root.mkdir(parents=True, exist_ok=True)
+    return Runtime(
+        settings=settings,
+        engine=engine,
+        sessions=make_sessions(engine),
+        storage=storage,
+        executor=executor or LocalExecutor(settings.runner_command),
+        inventory=list(settings.nodes),
+        url=url or settings.url,
+    )

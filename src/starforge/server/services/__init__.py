@@ -1,0 +1,1 @@
+"""Services: the control plane's decisions, each in one database transaction before it acts."""

@@ -1,0 +1,306 @@
+"""Dispatch: turn queued runs into started attempts, and notice runners that went away.
+
+A scheduler pass (:func:`schedule_pass`) walks the queue in order (priority, then age) and, for
+each run that fits, commits in ONE transaction: ``queued -> starting``, a new attempt row with its
+allocation and per-node records, a fresh run token (only its sha256 is stored) and the per-node
+binding files. Only after that commit does :func:`start_attempt` ask the executor to start each
+node and record the references. A start failure ends the attempt as ``startup_failed``.
+
+:func:`reconcile` looks at every active attempt: a node whose process is gone without an
+``exited`` event is finalised from its exit record file when there is one, else treated as lost.
+Both are safe to kill at any line and rerun: they act only on what the database says.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from starforge.contract.env import Binding
+from starforge.contract.errors import StarForgeError
+from starforge.contract.profiles import Pool
+from starforge.contract.states import ACTIVE, EndReason, JobStatus
+from starforge.server import statemachine
+from starforge.server.db.models import Attempt, Run, utcnow
+from starforge.server.runtime import Runtime
+from starforge.server.services import lifecycle, scheduler
+from starforge.server.services.users import token_digest
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class NodeStart:
+    rank: int
+    binding_path: Path
+    log_path: Path
+
+
+@dataclass(frozen=True)
+class StartOrder:
+    run_id: str
+    attempt: int
+    nodes: list[NodeStart]
+
+
+def active_attempts(session: Session, *, lock: bool = False) -> list[tuple[Run, Attempt]]:
+    """Current, unfinished attempts of runs that hold (or are about to hold) resources."""
+    query = (
+        select(Run, Attempt)
+        .join(Attempt, Attempt.run_id == Run.id)
+        .where(
+            Run.status.in_([s.value for s in ACTIVE]),
+            Attempt.number == Run.current_attempt,
+            Attempt.ended_at.is_(None),
+        )
+    )
+    if lock:  # the reconciler rewrites these rows (a no-op on SQLite, where writers are serial)
+        query = query.with_for_update()
+    return [(run, attempt) for run, attempt in session.execute(query).all()]
+
+
+def held_gpus(session: Session) -> list[tuple[str, list[int]]]:
+    return [
+        (slot["node"], list(slot["gpus"]))
+        for _, attempt in active_attempts(session)
+        for slot in attempt.allocation
+    ]
+
+
+def run_dir_of(rt: Runtime, run: Run) -> Path:
+    return rt.storage.run_dir(run.user, run.project, run.experiment, run.id)
+
+
+# ---- scheduling -------------------------------------------------------------------------------
+
+
+def schedule_pass(rt: Runtime) -> list[StartOrder]:
+    """Place what fits now; each placement is committed before the next one is considered."""
+    with rt.transaction() as session:
+        queued = session.scalars(select(Run).where(Run.status == JobStatus.QUEUED.value)).all()
+        order = [r.id for r in scheduler.order_queue(queued)]
+    orders: list[StartOrder] = []
+    for run_id in order:
+        with rt.transaction() as session:
+            run = session.get(Run, run_id, with_for_update=True)
+            if run is None or run.status != JobStatus.QUEUED:
+                continue  # stopped meanwhile
+            free = scheduler.free_gpus(rt.inventory, held_gpus(session))
+            placed = place_run(rt, session, run, free)
+        if placed is not None:
+            orders.append(placed)
+    return orders
+
+
+def place_run(
+    rt: Runtime, session: Session, run: Run, free: dict[str, scheduler.FreeNode]
+) -> StartOrder | None:
+    pools = [Pool.model_validate(p) for p in run.pools]
+    slots = scheduler.place(pools, free)
+    if slots is None:
+        reason = scheduler.shortfall(pools, free)
+        if run.reason != reason:  # why it waits is not a status change: no event
+            run.reason = reason
+            run.updated_at = utcnow()
+        return None
+    number = run.current_attempt + 1
+    run_dir = run_dir_of(rt, run)
+    token = secrets.token_urlsafe(32)
+    nodes = {
+        str(s.rank): {
+            "node": s.node,
+            "pool": s.pool,
+            "ref": None,
+            "state": "pending",
+            "exit_code": None,
+        }
+        for s in slots
+    }
+    attempt = Attempt(
+        run_id=run.id,
+        number=number,
+        allocation_json=json.dumps([s.to_json() for s in slots]),
+        nodes_json=json.dumps(nodes, sort_keys=True),
+        started_at=utcnow(),
+        log_path=str(rt.storage.log_path(run_dir, number, 0)),
+    )
+    session.add(attempt)
+    run.current_attempt = number
+    run.run_token_sha256 = token_digest(token)
+    where = ", ".join(f"{s.node}[{','.join(map(str, s.gpus))}]" for s in slots)
+    statemachine.transition(
+        session,
+        run,
+        JobStatus.STARTING,
+        reason=f"attempt {number} placed on {where}",
+        actor="scheduler",
+    )
+    starts = write_bindings(rt, run, number, slots, pools, token)
+    return StartOrder(run.id, number, starts)
+
+
+def write_bindings(
+    rt: Runtime, run: Run, number: int, slots: list[scheduler.Slot], pools: list[Pool], token: str
+) -> list[NodeStart]:
+    run_dir = run_dir_of(rt, run)
+    if not rt.storage.run_json_path(run_dir).exists():  # the database is the source of truth
+        rt.storage.write_run_json(run_dir, json.loads(run.spec_json), json.loads(run.manifest_json))
+    rt.storage.make_run_dir(run_dir)
+    profiles = {p.name: p for p in rt.settings.profiles}
+    by_pool = {p.name: p for p in pools}
+    port = rt.pick_port()
+    starts = []
+    for slot in slots:
+        pool = by_pool[slot.pool]
+        log_path = rt.storage.log_path(run_dir, number, slot.rank)
+        prof = profiles.get(pool.profile)
+        binding = Binding(
+            run_id=run.id,
+            attempt=number,
+            user=run.user,
+            storage_root=str(rt.storage.root),
+            run_dir=str(run_dir),
+            work_dir=str(run_dir / "work"),
+            out_dir=str(run_dir / "out"),
+            log_path=str(log_path),
+            node_rank=slot.rank,
+            nnodes=len(slots),
+            gpus_per_node=pool.gpus_per_node,
+            visible_devices=list(slot.gpus),
+            master_addr="127.0.0.1",
+            master_port=port,
+            pools=pools,
+            pool=slot.pool,
+            endpoint=rt.url,
+            run_token=token,
+            hf_offline=rt.settings.hf_offline,
+            extra_env=dict(prof.env) if prof else {},
+        )
+        path = rt.storage.binding_path(run_dir, number, slot.rank)
+        rt.storage.write_binding(path, binding.model_dump(mode="json"))
+        starts.append(NodeStart(slot.rank, path, log_path))
+    return starts
+
+
+def start_attempt(rt: Runtime, order: StartOrder) -> None:
+    """Start every node of a committed placement, then record what was started."""
+    refs: dict[int, str] = {}
+    error: str | None = None
+    for node in order.nodes:
+        try:
+            refs[node.rank] = rt.executor.start(node.binding_path, node.log_path)
+        except Exception as exc:  # any failure to launch is the run's startup failure
+            error = f"could not start the runner of node {node.rank}: {exc}"
+            log.exception("starting %s attempt %s node %s", order.run_id, order.attempt, node.rank)
+            _note_in_log(node.log_path, error)
+            break
+    with rt.transaction() as session:
+        run = session.get(Run, order.run_id, with_for_update=True)
+        assert run is not None
+        outcome = record_starts(session, run, order.attempt, refs, error)
+    lifecycle.act_on(rt, outcome)
+
+
+def record_starts(
+    session: Session, run: Run, number: int, refs: dict[int, str], error: str | None
+) -> lifecycle.Outcome:
+    attempt = run.attempt(number)
+    assert attempt is not None
+    nodes = attempt.nodes
+    for rank, ref in refs.items():
+        nodes[str(rank)]["ref"] = ref
+        if nodes[str(rank)].get("state") == "pending":
+            nodes[str(rank)]["state"] = "started"
+    attempt.executor_ref = ",".join(refs[r] for r in sorted(refs)) or None
+    if error is not None and attempt.ended_at is None:
+        for node in nodes.values():
+            if node.get("state") == "pending":
+                lifecycle.record_exit(
+                    node, None, lost=True, why=error, end_reason=EndReason.STARTUP_FAILED.value
+                )
+    attempt.set_nodes(nodes)
+    if error is not None and attempt.ended_at is None:
+        outcome = lifecycle.finish_attempt(session, run, attempt, "scheduler")
+        if outcome is not None:
+            return outcome
+    if attempt.ended_at is not None or run.status == JobStatus.STOPPING:
+        # A stop (or the attempt's end) landed while the nodes were being started.
+        live = [
+            ref for rank, ref in refs.items() if nodes[str(rank)].get("state") != lifecycle.EXITED
+        ]
+        return lifecycle.Outcome(True, "stop after start", stop_refs=live)
+    return lifecycle.Outcome(True, "started")
+
+
+def _note_in_log(path: Path, message: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(f"starforge: {message}\n")
+    except OSError:
+        log.warning("could not write to %s", path)
+
+
+# ---- reconciling ------------------------------------------------------------------------------
+
+
+def reconcile(rt: Runtime) -> None:
+    """Finalise nodes whose runner is gone without having reported its exit."""
+    outcomes = []
+    with rt.transaction() as session:
+        for run, attempt in active_attempts(session, lock=True):
+            outcome = reconcile_attempt(rt, session, run, attempt)
+            if outcome is not None:
+                outcomes.append(outcome)
+    for outcome in outcomes:
+        lifecycle.act_on(rt, outcome)
+    reap = getattr(rt.executor, "reap", None)
+    if callable(reap):
+        reap()
+
+
+def reconcile_attempt(
+    rt: Runtime, session: Session, run: Run, attempt: Attempt
+) -> lifecycle.Outcome | None:
+    nodes = attempt.nodes
+    changed = False
+    run_dir = run_dir_of(rt, run)
+    for rank, node in nodes.items():
+        if node.get("state") == lifecycle.EXITED:
+            continue
+        ref = node.get("ref")
+        if ref is None:
+            why = "its runner was never started (the server stopped while starting it)"
+            lifecycle.record_exit(
+                node, None, lost=True, why=why, end_reason=EndReason.STARTUP_FAILED.value
+            )
+            changed = True
+            continue
+        try:
+            alive = rt.executor.is_alive(str(ref))
+        except StarForgeError:
+            log.exception("cannot check %s of run %s", ref, run.id)
+            continue
+        if alive:
+            continue
+        record = rt.storage.read_exit_record(
+            rt.storage.exit_record_path(run_dir, attempt.number, int(rank))
+        )
+        if record is not None:
+            reason = record.get("end_reason")
+            lifecycle.record_exit(
+                node, int(record["exit_code"]), end_reason=str(reason) if reason else None
+            )
+        else:
+            lifecycle.record_exit(node, None, lost=True)
+        changed = True
+    if not changed:
+        return None
+    attempt.set_nodes(nodes)
+    return lifecycle.finish_attempt(session, run, attempt, "reconciler")

@@ -1,0 +1,299 @@
+"""Runs as the user sees them: submit, list, get (by id or prefix), stop.
+
+Submit is idempotent per (user, idempotency key): the first request creates the run, any later
+one returns that run with ``created=False``. The unique constraint on the pair makes this hold
+even when two requests race (the loser reads the winner's run). Stop never raises for a run in
+the wrong state; it answers accepted or rejected-with-reason.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, selectinload
+
+from starforge.contract.api import (
+    ActionResult,
+    AttemptView,
+    EventView,
+    RunView,
+    SubmitRequest,
+    SubmitResponse,
+)
+from starforge.contract.errors import AmbiguousRun, RunNotFound
+from starforge.contract.jobspec import JobSpec
+from starforge.contract.names import new_run_id
+from starforge.contract.profiles import Pool
+from starforge.contract.states import ACTIVE, EndReason, JobStatus
+from starforge.server import statemachine
+from starforge.server.db.models import Attempt, Run
+from starforge.server.runtime import Runtime
+from starforge.server.services import admission, scheduler
+
+log = logging.getLogger(__name__)
+MAX_CANDIDATES = 8
+
+
+# ---- submit -----------------------------------------------------------------------------------
+
+
+def _find_by_key(session: Session, user: str, key: str) -> Run | None:
+    return session.scalars(
+        select(Run).where(Run.user == user, Run.idempotency_key == key)
+    ).one_or_none()
+
+
+def queue_position(session: Session, run: Run) -> int | None:
+    """1-based place of a queued run in the queue order, None when it is not queued."""
+    if run.status != JobStatus.QUEUED:
+        return None
+    queued = session.scalars(select(Run).where(Run.status == JobStatus.QUEUED.value)).all()
+    ordered = scheduler.order_queue(queued)
+    return next((i + 1 for i, r in enumerate(ordered) if r.id == run.id), None)
+
+
+def _response(session: Session, run: Run, *, created: bool, warnings: list[str]) -> SubmitResponse:
+    message = f"run {run.id} is {run.status}" + (f": {run.reason}" if run.reason else "")
+    if not created:
+        message = f"an earlier request with this idempotency key created {run.id}; " + message
+    return SubmitResponse(
+        run_id=run.id,
+        status=JobStatus(run.status),
+        created=created,
+        message=message,
+        warnings=warnings,
+        queue_position=queue_position(session, run),
+    )
+
+
+def _new_run(user: str, req: SubmitRequest, admitted: admission.Admitted) -> Run:
+    spec = req.spec
+    return Run(
+        id=new_run_id(),
+        user=user,
+        project=spec.project,
+        experiment=spec.experiment,
+        method=spec.method.id,
+        status="",
+        priority=0,
+        spec_json=spec.model_dump_json(),
+        manifest_json=req.manifest.model_dump_json(),
+        pools_json=json.dumps([p.model_dump() for p in admitted.pools]),
+        gpus=admitted.gpus,
+        idempotency_key=req.idempotency_key,
+        current_attempt=0,
+    )
+
+
+def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
+    """Admit and queue a submission, or return the run an earlier one with its key made."""
+    with rt.transaction() as session:
+        existing = _find_by_key(session, user, req.idempotency_key)
+        if existing is not None:
+            return _response(session, existing, created=False, warnings=[])
+    admitted = admission.admit(
+        req.spec,
+        req.manifest,
+        profiles=rt.settings.profiles,
+        inventory=rt.inventory,
+        storage=rt.storage,
+    )
+    spec = req.spec
+    run = _new_run(user, req, admitted)
+    run_dir = rt.storage.run_dir(user, spec.project, spec.experiment, run.id)
+    try:
+        with rt.transaction() as session:
+            statemachine.admit(session, run, reason="waiting for the scheduler", actor=user)
+            session.flush()  # the unique constraint fires here, before run.json is written
+            rt.storage.write_run_json(
+                run_dir, spec.model_dump(mode="json"), req.manifest.model_dump(mode="json")
+            )
+    except IntegrityError:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        with rt.transaction() as session:
+            existing = _find_by_key(session, user, req.idempotency_key)
+            if existing is None:
+                raise
+            return _response(session, existing, created=False, warnings=[])
+    except BaseException:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    rt.wake_scheduler()
+    with rt.transaction() as session:
+        fresh = session.get(Run, run.id)
+        assert fresh is not None
+        return _response(session, fresh, created=True, warnings=admitted.warnings)
+
+
+# ---- read -------------------------------------------------------------------------------------
+
+
+def resolve(session: Session, user: str, ref: str) -> Run:
+    """The user's run named by a full id or an unambiguous prefix (with or without ``r-``)."""
+    ref = ref.strip()
+    if not ref:
+        raise RunNotFound("no run id given", hint="`sf job ls` lists your runs")
+    prefix = ref if ref.startswith("r-") or "r-".startswith(ref) else "r-" + ref
+    run = session.get(Run, prefix)
+    if run is not None and run.user == user:
+        return run
+    escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    rows = session.scalars(
+        select(Run)
+        .where(Run.user == user, Run.id.like(escaped + "%", escape="\\"))
+        .order_by(Run.created_at.desc())
+        .limit(MAX_CANDIDATES + 1)
+    ).all()
+    if not rows:
+        raise RunNotFound(
+            f"no run of yours matches {ref!r}",
+            hint="`sf job ls` lists your runs",
+            details={"ref": ref},
+        )
+    if len(rows) > 1:
+        shown = [r.id for r in rows[:MAX_CANDIDATES]]
+        more = " ..." if len(rows) > MAX_CANDIDATES else ""
+        raise AmbiguousRun(
+            f"{ref!r} matches several runs: {', '.join(shown)}{more}",
+            hint="give more characters of the run id",
+            details={"ref": ref, "candidates": shown},
+        )
+    return rows[0]
+
+
+def _attempt_view(a: Attempt) -> AttemptView:
+    return AttemptView(
+        number=a.number,
+        executor_ref=a.executor_ref,
+        started_at=a.started_at,
+        ended_at=a.ended_at,
+        exit_code=a.exit_code,
+        end_reason=EndReason(a.end_reason) if a.end_reason else None,
+        log_path=a.log_path,
+    )
+
+
+def stored_spec(run: Run) -> tuple[dict[str, Any], JobSpec | None]:
+    """The stored spec as data, and as a JobSpec when it still validates (lenient read)."""
+    data = run.spec
+    try:
+        return data, JobSpec.model_validate(data)
+    except ValidationError:
+        return data, None
+
+
+def view(rt: Runtime, run: Run, *, full: bool = True) -> RunView:
+    data, spec = stored_spec(run)
+    provenance = data.get("provenance") or {}
+    run_dir = rt.storage.run_dir(run.user, run.project, run.experiment, run.id)
+    return RunView(
+        run_id=run.id,
+        user=run.user,
+        project=run.project,
+        experiment=run.experiment,
+        method=run.method,
+        status=JobStatus(run.status),
+        end_reason=EndReason(run.end_reason) if run.end_reason else None,
+        exit_code=run.exit_code,
+        reason=run.reason,
+        profiles=list(data.get("profiles") or []),
+        pools=[Pool.model_validate(p) for p in run.pools],
+        gpus=run.gpus,
+        git_commit=str(provenance.get("git_commit", "")),
+        git_dirty=bool(provenance.get("git_dirty", False)),
+        created_at=run.created_at,
+        started_at=run.started_at,
+        ended_at=run.ended_at,
+        run_dir=str(run_dir),
+        attempts=[_attempt_view(a) for a in run.attempts],
+        events=[
+            EventView(
+                at=e.at,
+                src=JobStatus(e.src) if e.src else None,
+                dst=JobStatus(e.dst),
+                reason=e.reason,
+                actor=e.actor,
+            )
+            for e in run.events
+        ]
+        if full
+        else [],
+        spec=spec if full else None,
+    )
+
+
+def get(rt: Runtime, user: str, ref: str) -> RunView:
+    with rt.transaction() as session:
+        return view(rt, resolve(session, user, ref))
+
+
+def list_runs(
+    rt: Runtime, user: str, *, limit: int = 50, status: JobStatus | None = None
+) -> list[RunView]:
+    with rt.transaction() as session:
+        query = select(Run).where(Run.user == user).options(selectinload(Run.attempts))
+        if status is not None:
+            query = query.where(Run.status == status.value)
+        rows = session.scalars(
+            query.order_by(Run.created_at.desc(), Run.id.desc()).limit(limit)
+        ).all()
+        return [view(rt, r, full=False) for r in rows]
+
+
+def count_runs(rt: Runtime, user: str) -> int:
+    with rt.transaction() as session:
+        return int(session.scalar(select(func.count()).where(Run.user == user)) or 0)
+
+
+# ---- stop -------------------------------------------------------------------------------------
+
+
+def _live_refs(attempt: Attempt | None) -> list[str]:
+    if attempt is None or attempt.ended_at is not None:
+        return []
+    return [n["ref"] for n in attempt.nodes.values() if n.get("ref") and n.get("state") != "exited"]
+
+
+def stop(rt: Runtime, user: str, ref: str) -> ActionResult:
+    """Stop a run: at once when it holds nothing, else through ``stopping`` and its runners."""
+    refs: list[str] = []
+    with rt.transaction() as session:
+        run = resolve(session, user, ref)
+        session.refresh(run, with_for_update=True)  # row lock on PostgreSQL; SQLite is serial
+        status = JobStatus(run.status)
+        if status.is_terminal:
+            return ActionResult(
+                accepted=False, status=status, message=f"run {run.id} already {status.value}"
+            )
+        if status is JobStatus.STOPPING:
+            return ActionResult(
+                accepted=False, status=status, message=f"run {run.id} is already stopping"
+            )
+        if status in (JobStatus.QUEUED, JobStatus.PAUSED):
+            statemachine.transition(
+                session,
+                run,
+                JobStatus.STOPPED,
+                reason="stopped by user",
+                actor=user,
+                end_reason=EndReason.STOPPED_BY_USER,
+            )
+            message = f"run {run.id} stopped (it held no resources)"
+        else:
+            assert status in ACTIVE
+            statemachine.transition(
+                session, run, JobStatus.STOPPING, reason="stop requested by user", actor=user
+            )
+            refs = _live_refs(run.current)
+            message = f"run {run.id} is stopping"
+        result = ActionResult(accepted=True, status=JobStatus(run.status), message=message)
+    for node_ref in refs:  # after commit: the decision is saved before it is acted on
+        rt.executor.stop(node_ref, rt.settings.stop_grace_s)
+    rt.wake_scheduler()
+    return result

@@ -1,0 +1,183 @@
+"""The storage root: content-addressed blobs and run directories.
+
+Layout (one root, the same path on every node)::
+
+    <root>/blobs/sha256/<first 2 hex>/<remaining 62 hex>
+    <root>/runs/<user>/<project>/<experiment>/<run_id>/{work,out,logs,state}
+
+Guarantees: a blob path exists only with content that hashes to its name (written to a temporary
+file in the same directory, fsynced, verified while streaming, then renamed into place), so a
+crash or a bad upload never leaves a half-written or wrong blob. JSON state files are written the
+same way (temp + ``os.replace``), with mode 0600 where they carry a secret.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from starforge.contract.errors import BlobDigestMismatch, InvalidName
+from starforge.contract.names import check_name, is_sha256
+
+
+def _check_digest(digest: str) -> str:
+    if not is_sha256(digest):
+        raise InvalidName(
+            f"{digest!r} is not a sha256 digest",
+            hint="use 64 lowercase hex characters",
+            details={"kind": "sha256", "value": digest},
+        )
+    return digest
+
+
+def write_json_atomic(path: Path, payload: Any, *, mode: int = 0o644) -> None:
+    """Write JSON so readers see the old file or the whole new one, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(payload, fh, indent=2, sort_keys=True, default=str)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class BlobWriter:
+    """Streams one upload into the store; :meth:`commit` verifies and publishes it."""
+
+    def __init__(self, store: Storage, digest: str) -> None:
+        self.digest = _check_digest(digest)
+        self.final = store.blob_path(digest)
+        self.final.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".upload.", suffix=".tmp", dir=self.final.parent)
+        self._tmp = Path(tmp)
+        self._fh = os.fdopen(fd, "wb")
+        self._hash = hashlib.sha256()
+        self.size = 0
+
+    def write(self, chunk: bytes) -> None:
+        self._hash.update(chunk)
+        self._fh.write(chunk)
+        self.size += len(chunk)
+
+    def commit(self) -> int:
+        """Publish the blob if it hashes to its name; else discard it and raise."""
+        try:
+            actual = self._hash.hexdigest()
+            if actual != self.digest:
+                raise BlobDigestMismatch(
+                    f"the uploaded content hashes to {actual}, not to its name {self.digest}",
+                    hint="the file changed while it was uploaded or the upload was cut; "
+                    "submit again",
+                    details={"expected": self.digest, "actual": actual, "size": self.size},
+                )
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+            self._fh.close()
+            os.chmod(self._tmp, 0o644)
+            os.replace(self._tmp, self.final)
+            return self.size
+        finally:
+            self.abort()
+
+    def abort(self) -> None:
+        if not self._fh.closed:
+            self._fh.close()
+        self._tmp.unlink(missing_ok=True)
+
+
+class Storage:
+    """Paths under one storage root, and the few operations that must be atomic."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    # ---- blobs -------------------------------------------------------------------------------
+
+    def blob_path(self, digest: str) -> Path:
+        _check_digest(digest)
+        return self.root / "blobs" / "sha256" / digest[:2] / digest[2:]
+
+    def path(self, digest: str) -> Path:
+        return self.blob_path(digest)
+
+    def has(self, digest: str) -> bool:
+        return is_sha256(digest) and self.blob_path(digest).is_file()
+
+    def missing(self, digests: list[str]) -> list[str]:
+        return sorted({d for d in digests if not self.has(d)})
+
+    def blob_writer(self, digest: str) -> BlobWriter:
+        return BlobWriter(self, digest)
+
+    def put_bytes(self, data: bytes) -> str:
+        """Store ``data`` under its own digest (tests and small server-made files)."""
+        digest = hashlib.sha256(data).hexdigest()
+        writer = self.blob_writer(digest)
+        writer.write(data)
+        writer.commit()
+        return digest
+
+    # ---- run directories ---------------------------------------------------------------------
+
+    def run_dir(self, user: str, project: str, experiment: str, run_id: str) -> Path:
+        parts = [
+            check_name("user", user),
+            check_name("project", project),
+            check_name("experiment", experiment),
+            check_name("run", run_id),
+        ]
+        return self.root.joinpath("runs", *parts)
+
+    def make_run_dir(self, run_dir: Path) -> None:
+        for sub in ("work", "out", "logs", "state"):
+            (run_dir / sub).mkdir(parents=True, exist_ok=True)
+
+    @staticmethod
+    def log_path(run_dir: Path, attempt: int, node_rank: int = 0) -> Path:
+        name = (
+            f"attempt-{attempt}.log"
+            if node_rank == 0
+            else f"attempt-{attempt}.node-{node_rank}.log"
+        )
+        return run_dir / "logs" / name
+
+    @staticmethod
+    def run_json_path(run_dir: Path) -> Path:
+        return run_dir / "state" / "run.json"
+
+    @staticmethod
+    def binding_path(run_dir: Path, attempt: int, node_rank: int) -> Path:
+        return run_dir / "state" / f"attempt-{attempt}.node-{node_rank}.binding.json"
+
+    @staticmethod
+    def exit_record_path(run_dir: Path, attempt: int, node_rank: int) -> Path:
+        return run_dir / "state" / f"attempt-{attempt}.node-{node_rank}.exit.json"
+
+    def write_run_json(self, run_dir: Path, spec: dict[str, Any], manifest: dict[str, Any]) -> None:
+        self.make_run_dir(run_dir)
+        write_json_atomic(self.run_json_path(run_dir), {"spec": spec, "manifest": manifest})
+
+    def write_binding(self, path: Path, binding: dict[str, Any]) -> None:
+        # The binding carries the run token in plain text: only the owner may read it.
+        write_json_atomic(path, binding, mode=0o600)
+
+    @staticmethod
+    def read_exit_record(path: Path) -> dict[str, Any] | None:
+        """The runner's exit record, or None when it is absent or unreadable (half-written)."""
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not isinstance(data, dict) or not isinstance(data.get("exit_code"), int):
+            return None
+        return data

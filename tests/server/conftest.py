@@ -1,0 +1,54 @@
+"""Fixtures of the control plane's tests: a real SQLite database under ``tmp_path``, a runtime
+with a fake executor, and two users (alice, bob) with known tokens. Nothing here opens a socket.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from starforge.server.runtime import Runtime, build_runtime
+from starforge.server.services import users
+from starforge.server.settings import Settings, load_settings
+
+from .factories import INVENTORY, PROFILES, TOKENS, FakeExecutor
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The developer's own STARFORGE_* settings must not leak into the server under test.
+    for key in list(os.environ):
+        if key.startswith("STARFORGE_"):
+            monkeypatch.delenv(key)
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return load_settings(
+        tmp_path / "home",
+        inventory=INVENTORY,
+        profiles=PROFILES,
+        url="http://127.0.0.1:9999",
+        stop_grace_s=0.5,
+    )
+
+
+@pytest.fixture
+def executor() -> FakeExecutor:
+    return FakeExecutor()
+
+
+@pytest.fixture
+def rt(settings: Settings, executor: FakeExecutor) -> Iterator[Runtime]:
+    ports = itertools.count(40000)
+    runtime = build_runtime(settings, executor=executor)
+    runtime.pick_port = lambda: next(ports)
+    with runtime.transaction() as session:
+        for name, token in TOKENS.items():
+            users.ensure_user(session, name, token)
+    yield runtime
+    runtime.engine.dispose()

@@ -1,0 +1,102 @@
+"""Reading logs: whole lines while a run goes on, everything once it is over, long-polling."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from starforge.contract.errors import NotFound
+from starforge.server.runtime import Runtime
+from starforge.server.services import jobs, logs
+
+from .factories import report, run_row, running_run, submit
+
+
+def log_file(rt: Runtime, run_id: str) -> Path:
+    return Path(run_row(rt, run_id).attempts[-1].log_path)
+
+
+def read(rt: Runtime, run_id: str, **kw: object) -> logs.LogChunk:
+    return asyncio.run(logs.read(rt, "alice", run_id, **kw))  # type: ignore[arg-type]
+
+
+def test_a_running_log_is_read_up_to_its_last_whole_line(rt: Runtime) -> None:
+    run_id = running_run(rt)
+    log_file(rt, run_id).write_bytes(b"step 1\nstep 2\nstep")
+    chunk = read(rt, run_id)
+    assert (chunk.data, chunk.offset, chunk.final, chunk.attempt) == (
+        "step 1\nstep 2\n",
+        14,
+        False,
+        1,
+    )
+    assert read(rt, run_id, offset=14).data == ""
+
+
+def test_the_rest_is_read_once_the_run_is_over_and_then_it_is_final(rt: Runtime) -> None:
+    run_id = running_run(rt)
+    log_file(rt, run_id).write_bytes(b"step 1\ndone")
+    report(rt, run_id, "exited", exit_code=0)
+    chunk = read(rt, run_id, offset=7)
+    assert (chunk.data, chunk.offset, chunk.final, chunk.status) == ("done", 11, True, "succeeded")
+
+
+def test_a_big_log_comes_in_chunks_of_at_most_one_mebibyte(rt: Runtime) -> None:
+    run_id = running_run(rt)
+    line = b"x" * 1023 + b"\n"
+    log_file(rt, run_id).write_bytes(line * 1500)
+    first = read(rt, run_id)
+    assert len(first.data) <= logs.MAX_CHUNK and first.data.endswith("\n")
+    second = read(rt, run_id, offset=first.offset)
+    assert first.offset + len(second.data) == len(line) * 1500
+
+
+def test_a_line_longer_than_a_chunk_is_cut_on_a_character_boundary(rt: Runtime) -> None:
+    run_id = running_run(rt)
+    log_file(rt, run_id).write_bytes(b"a" + "é".encode() * logs.MAX_CHUNK)
+    chunk = read(rt, run_id)
+    assert chunk.offset % 2 == 1 and "\ufffd" not in chunk.data
+
+
+def test_a_queued_run_has_no_log_yet_and_a_stopped_one_is_final(rt: Runtime) -> None:
+    run_id = submit(rt).run_id
+    chunk = read(rt, run_id)
+    assert (chunk.attempt, chunk.data, chunk.final) == (0, "", False)
+    jobs.stop(rt, "alice", run_id)
+    assert read(rt, run_id).final
+
+
+def test_an_attempt_that_does_not_exist_is_not_found(rt: Runtime) -> None:
+    run_id = running_run(rt)
+    with pytest.raises(NotFound):
+        read(rt, run_id, attempt=2)
+
+
+def test_a_long_poll_returns_as_soon_as_new_lines_arrive(rt: Runtime) -> None:
+    run_id = running_run(rt)
+    path = log_file(rt, run_id)
+    path.write_bytes(b"")
+
+    async def scenario() -> logs.LogChunk:
+        reader = asyncio.create_task(logs.read(rt, "alice", run_id, wait=30))
+        await asyncio.sleep(0.3)
+        assert not reader.done()
+        path.write_bytes(b"hello\n")
+        return await reader
+
+    chunk = asyncio.run(scenario())
+    assert chunk.data == "hello\n"
+
+
+def test_a_long_poll_ends_when_the_run_ends(rt: Runtime) -> None:
+    run_id = running_run(rt)
+
+    async def scenario() -> logs.LogChunk:
+        reader = asyncio.create_task(logs.read(rt, "alice", run_id, wait=30))
+        await asyncio.sleep(0.3)
+        await asyncio.to_thread(report, rt, run_id, "exited", exit_code=0)
+        return await reader
+
+    assert asyncio.run(scenario()).final
