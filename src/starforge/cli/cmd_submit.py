@@ -6,6 +6,7 @@ from contextlib import ExitStack
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 
 from starforge.cli.output import human_bytes, out, status_text
 
@@ -123,8 +124,8 @@ def submit(
         for warning in resp.warnings:
             out.warn(warning)
         out.success(
-            f"submitted [bold]{resp.run_id}[/bold] ({status_text(resp.status)})"
-            + (f": {resp.message}" if resp.message else "")
+            f"submitted [bold]{resp.run_id}[/bold]: {status_text(resp.status)}"
+            + (f" ({escape(resp.message)})" if resp.message else "")
         )
         out.line(
             f"  uploaded {result.files_uploaded} file(s), "

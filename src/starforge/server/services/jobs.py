@@ -59,9 +59,9 @@ def queue_position(session: Session, run: Run) -> int | None:
 
 
 def _response(session: Session, run: Run, *, created: bool, warnings: list[str]) -> SubmitResponse:
-    message = f"run {run.id} is {run.status}" + (f": {run.reason}" if run.reason else "")
+    message = run.reason
     if not created:
-        message = f"an earlier request with this idempotency key created {run.id}; " + message
+        message = f"an earlier request with this idempotency key created it; {message}"
     return SubmitResponse(
         run_id=run.id,
         status=JobStatus(run.status),

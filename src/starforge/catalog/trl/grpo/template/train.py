@@ -127,6 +127,10 @@ class SigtermStop(TrainerCallback):
             control.should_training_stop = True
 
 
+# What a log line shows; every logged value is kept in each checkpoint's trainer_state.json.
+SHOWN = ("loss", "reward", "reward_std", "entropy", "grad_norm", "learning_rate", "step_time")
+
+
 class PrintMetrics(TrainerCallback):
     """Prints each log as one compact JSON line: ``[metrics]`` for steps, ``[eval]`` for evals."""
 
@@ -141,10 +145,11 @@ class PrintMetrics(TrainerCallback):
         logs = logs or {}
         if "train_runtime" in logs:  # the end-of-training summary, not a step
             return
-        values = {k: v for k, v in logs.items() if isinstance(v, int | float)}
-        tag = "[eval]" if any(k.startswith("eval_") for k in values) else "[metrics]"
+        is_eval = any(k.startswith("eval_") for k in logs)
+        keys = [f"eval_{k}" for k in SHOWN] if is_eval else SHOWN
+        values = {k: round(logs[k], 6) for k in keys if isinstance(logs.get(k), int | float)}
         line = json.dumps({"step": state.global_step, **values}, separators=(",", ":"))
-        print(f"{tag} {line}", flush=True)
+        print(f"{'[eval]' if is_eval else '[metrics]'} {line}", flush=True)
 
 
 def summarize(state: TrainerState) -> dict[str, Any]:
@@ -155,6 +160,18 @@ def summarize(state: TrainerState) -> dict[str, Any]:
         "final_reward": rewards[-1] if rewards else None,
         "max_reward": max(rewards) if rewards else None,
     }
+
+
+def quiet_libraries() -> None:
+    """Progress bars and library deprecation notices would drown the training steps in the log."""
+    import warnings
+
+    import datasets
+    import transformers
+
+    datasets.disable_progress_bars()
+    transformers.utils.logging.disable_progress_bar()
+    warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
 
 
 def main() -> int:
@@ -169,6 +186,8 @@ def main() -> int:
 
     from reward import REWARD_FUNCS
     from trl import GRPOConfig, GRPOTrainer  # after the checks: importing TRL takes seconds
+
+    quiet_libraries()
 
     known = {f.name for f in dataclasses.fields(GRPOConfig)}
     unknown = sorted(set(settings) - known)
