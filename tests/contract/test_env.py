@@ -56,6 +56,7 @@ def binding() -> Binding:
 
 def test_job_env_matches_the_golden_mapping() -> None:
     run = "/s/runs/ada/lab/g1/r-0123456789"
+    work = f"{run}/work"
     assert job_env(spec(), binding()) == {
         "FORGE_RUN_ID": "r-0123456789",
         "FORGE_ATTEMPT": "2",
@@ -69,11 +70,11 @@ def test_job_env_matches_the_golden_mapping() -> None:
         "FORGE_GIT_DIRTY": "0",
         "FORGE_STORAGE_ROOT": "/s",
         "FORGE_RUN_DIR": run,
-        "FORGE_WORK_DIR": f"{run}/work",
-        "FORGE_EXP_DIR": f"{run}/work/experiments/g1",
+        "FORGE_WORK_DIR": work,
+        "FORGE_EXP_DIR": f"{work}/experiments/g1",
         "FORGE_OUT_DIR": f"{run}/out",
         "FORGE_LOG_FILE": f"{run}/logs/attempt-2.log",
-        "FORGE_MODEL": f"{run}/work/models/tiny",
+        "FORGE_MODEL": f"{work}/models/tiny",
         "FORGE_TRAIN_DATA": "/data/train.jsonl",
         "FORGE_VALIDATION_DATA": "org/val",
         "FORGE_HYPERPARAMS": '{"learning_rate": 0.01}',

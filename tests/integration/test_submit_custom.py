@@ -153,6 +153,12 @@ def test_a_run_is_found_by_any_unambiguous_prefix(
     assert "r-zzzzzzzzzz" in missing.err
 
 
+def test_the_local_user_token_is_readable_only_by_its_owner(sf_home: Path) -> None:
+    token = sf_home / "server" / "local-token"
+    assert token.stat().st_mode & 0o777 == 0o600
+    assert len(token.read_text().strip()) >= 32
+
+
 def test_server_status_shows_url_pid_version_and_uptime(sf: Callable[..., Result]) -> None:
     got = sf("server", "status", "--json")
     assert got.code == 0
