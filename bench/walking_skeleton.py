@@ -60,9 +60,18 @@ def submit_to_running(lab: Path, runs: int) -> dict[str, list[float]]:
     server_side, client_side = [], []
     for _ in range(runs):
         began = time.perf_counter()
-        run_id = json.loads(sf("submit", "c1", "--profile", "h200:1", "--json", cwd=lab).stdout)[
-            "run_id"
-        ]
+        run_id = json.loads(
+            sf(
+                "submit",
+                "c1",
+                "--profile",
+                "h200:1",
+                "--image",
+                "registry.example/bench:1",
+                "--json",
+                cwd=lab,
+            ).stdout
+        )["run_id"]
         while True:
             view = json.loads(sf("job", "status", run_id, "--json").stdout)
             if view["status"] in {"running", "succeeded", "failed"}:

@@ -1,7 +1,8 @@
 """The trl/grpo template runs a real (tiny) GRPO job the way the platform runs it.
 
 The template is copied into a lab's experiments/demo, ``prepare.py`` builds the model and data,
-and ``train.py`` runs as a subprocess with the job's environment, offline, on CPU.
+and ``train.py`` runs as a subprocess with the job's environment (the composed config in
+FORGE_CONFIG, or config.yaml in a run by hand), offline, on CPU.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 pytestmark = [
     pytest.mark.training,
@@ -62,8 +64,12 @@ def run_prepare(root: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def job_env(root: Path, out: Path, hyperparams: dict[str, Any] | None = None) -> dict[str, str]:
-    """The environment the runner gives the job (paths as the platform resolves them)."""
+def job_env(root: Path, out: Path, config: dict[str, Any] | None = None) -> dict[str, str]:
+    """The environment the runner gives the job (paths as the platform resolves them).
+
+    ``config`` is written as the composed config file FORGE_CONFIG points to; without it the
+    job runs as by hand, from the experiment's config.yaml.
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith("FORGE_")}
     env.update(
         FORGE_EXP_DIR=str(root / "experiments" / "demo"),
@@ -78,9 +84,18 @@ def job_env(root: Path, out: Path, hyperparams: dict[str, Any] | None = None) ->
         OMP_NUM_THREADS="1",
         PYTHONUNBUFFERED="1",
     )
-    if hyperparams:
-        env["FORGE_HYPERPARAMS"] = json.dumps(hyperparams)
+    if config is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        path = out.parent / "forge-config.yaml"
+        path.write_text(yaml.safe_dump(config))
+        env["FORGE_CONFIG"] = str(path)
     return env
+
+
+def composed(out: Path, **overrides: Any) -> dict[str, Any]:
+    """What the platform hands the job: config.yaml, the run's overrides, output_dir."""
+    config = yaml.safe_load((TEMPLATE / "config.yaml").read_text())
+    return {**config, **overrides, "output_dir": str(out / "checkpoints")}
 
 
 def start_training(root: Path, env: dict[str, str]) -> subprocess.Popen[str]:
@@ -131,9 +146,11 @@ def test_demo_learns_logs_every_step_checkpoints_and_exports_once(
 ) -> None:
     out = tmp_path / "out"
 
-    code, output = train(lab, job_env(lab, out))
+    code, output = train(lab, job_env(lab, out))  # by hand: config.yaml, no FORGE_CONFIG
 
     assert code == 0, output
+    [config] = logged(output, "[config] ")
+    assert config["output_dir"] == str(out / "checkpoints") and config["max_steps"] == 20
     steps = logged(output)
     assert [m["step"] for m in steps] == list(range(1, 21))
     assert all(isinstance(m["reward"], float) and isinstance(m["loss"], float) for m in steps)
@@ -148,7 +165,7 @@ def test_demo_learns_logs_every_step_checkpoints_and_exports_once(
     assert (out / "final" / "model.safetensors").is_file()
     assert (out / "final" / "tokenizer.json").is_file()
 
-    code, again = train(lab, job_env(lab, out))  # the finished job, run again
+    code, again = train(lab, job_env(lab, out, composed(out)))  # run again, as the platform does
 
     assert code == 0, again
     assert logged(again) == []  # nothing trained past max_steps
@@ -159,7 +176,7 @@ def test_sigterm_saves_a_checkpoint_and_a_rerun_resumes_to_the_end(
     lab: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "out"
-    env = job_env(lab, out, SLOW)
+    env = job_env(lab, out, composed(out, **SLOW))
     proc = start_training(lab, env)
     seen: list[str] = []
     assert proc.stdout is not None
@@ -184,6 +201,38 @@ def test_sigterm_saves_a_checkpoint_and_a_rerun_resumes_to_the_end(
     assert steps == list(range(stopped_at + 1, SLOW["max_steps"] + 1))
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == SLOW["max_steps"]
+
+
+def test_forge_config_values_reach_the_trainer(lab: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    overrides = {"max_steps": 3, "learning_rate": 0.01, "eval_steps": 3, "save_steps": 3}
+
+    code, output = train(lab, job_env(lab, out, composed(out, **overrides)))
+
+    assert code == 0, output
+    [config] = logged(output, "[config] ")
+    assert config == {**composed(out), **overrides}  # the file's arguments, nothing else
+    steps = logged(output)
+    assert [m["step"] for m in steps] == [1, 2, 3]  # not config.yaml's 20
+    assert steps[0]["learning_rate"] == pytest.approx(0.01)  # not config.yaml's 0.02
+    assert checkpoint_steps(out) == [3]
+    assert json.loads((out / "summary.json").read_text())["steps"] == 3
+
+
+def test_a_run_by_hand_refuses_output_dir_in_config_yaml(lab: Path, tmp_path: Path) -> None:
+    exp = lab / "experiments" / "by-hand"
+    shutil.copytree(TEMPLATE, exp, ignore=shutil.ignore_patterns("__pycache__"))
+    with (exp / "config.yaml").open("a") as f:
+        f.write("output_dir: /somewhere/else\n")
+    env = job_env(lab, tmp_path / "out")  # no FORGE_CONFIG
+    env["FORGE_EXP_DIR"] = str(exp)
+
+    code, output = train(lab, env)
+
+    assert code == 2
+    assert output.strip().splitlines() == [
+        "train.py: error: output_dir is set by the platform ($FORGE_OUT_DIR/checkpoints); remove it"
+    ]
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ from tests.conftest import commit_all, git
 
 
 def opts(root: Path, exp: str = "c1", **kw: object) -> SubmitOptions:
+    kw.setdefault("image", "registry.example/train:v1")
     return SubmitOptions(experiment=exp, profiles=["h200:1"], cwd=root, **kw)  # type: ignore[arg-type]
 
 

@@ -13,10 +13,11 @@ from tests.conftest import Result, git
 from tests.integration.conftest import wait_for
 
 pytestmark = pytest.mark.integration
+IMAGE = "registry.example/train:v1"
 
 
 def submit(sf: Callable[..., Result], root: Path, *extra: str, exp: str = "c1") -> Result:
-    return sf("submit", exp, "--profile", "h200:1", "--json", *extra, cwd=root)
+    return sf("submit", exp, "--profile", "h200:1", "--image", IMAGE, "--json", *extra, cwd=root)
 
 
 def run_ids(sf: Callable[..., Result]) -> set[str]:
@@ -48,7 +49,7 @@ def test_submit_follow_prints_the_log_and_ends_with_the_run(
     custom_lab: Callable[..., Lab],
 ) -> None:
     lab = custom_lab(steps=4)
-    got = sf("submit", "c1", "--profile", "h200:1", "--follow", cwd=lab.root)
+    got = sf("submit", "c1", "--profile", "h200:1", "--image", IMAGE, "--follow", cwd=lab.root)
     assert got.code == 0, got.err
     assert "step 4/4" in got.out
     assert "succeeded" in got.err

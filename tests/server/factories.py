@@ -97,7 +97,7 @@ def spec(
     method_id: str = "custom/custom",
     profiles: list[str] | None = None,
     inputs: Inputs | None = None,
-    **method_overrides: str,
+    **method_overrides: Any,
 ) -> JobSpec:
     ref = get_method(method_id).ref().model_copy(update=method_overrides)
     return JobSpec(
@@ -106,6 +106,7 @@ def spec(
         method=ref,
         profiles=profiles or ["h200:8"],
         inputs=inputs or Inputs(),
+        image="registry.example/train:v1" if method_id == "custom/custom" else "",
         provenance=Provenance(git_commit="a" * 40, client_version="0.1.0"),
     )
 

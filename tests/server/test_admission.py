@@ -17,7 +17,14 @@ from starforge.contract.errors import (
     Rejected,
     StarForgeError,
 )
-from starforge.contract.jobspec import FileEntry, InputKind, InputRef, Inputs, Manifest
+from starforge.contract.jobspec import (
+    FileEntry,
+    InputKind,
+    InputRef,
+    Inputs,
+    Manifest,
+    ParamBinding,
+)
 from starforge.contract.states import JobStatus
 from starforge.server.db.models import Run
 from starforge.server.runtime import Runtime
@@ -42,15 +49,27 @@ def test_a_valid_submission_is_queued_with_its_files_in_place(rt: Runtime) -> No
     assert run_json.is_file()
 
 
-def test_a_stale_method_lock_is_refused_naming_both_versions(rt: Runtime) -> None:
-    req = request(rt, version="0.9.0", digest="sha256:" + "0" * 64)
+def test_a_stale_lock_whose_bound_parameter_vanished_is_refused_naming_both_versions(
+    rt: Runtime,
+) -> None:
+    gone = {"old_knob": ParamBinding(path="trainer.old_knob", type="int")}
+    req = request(rt, version="0.9.0", digest="sha256:" + "0" * 64, bindings=gone)
     err = rejected(rt, req, CatalogMismatch)
+    assert "stale lock" in err.message
     assert "0.9.0" in err.message and "1.0.0" in err.message
-    assert err.hint == "run `sf submit --upgrade-recipe` or update the client"
+    assert "'old_knob' was removed" in err.message
+    assert "--upgrade-recipe" in (err.hint or "")
 
 
-def test_a_different_digest_at_the_same_version_is_a_mismatch(rt: Runtime) -> None:
-    rejected(rt, request(rt, digest="sha256:" + "1" * 64), CatalogMismatch)
+def test_a_lock_on_a_removed_framework_version_is_refused(rt: Runtime) -> None:
+    err = rejected(rt, request(rt, framework_version="0.0.1"), CatalogMismatch)
+    assert "framework version 0.0.1 was removed" in err.message
+
+
+def test_a_drifted_lock_is_admitted_with_a_warning(rt: Runtime) -> None:
+    resp = jobs.submit(rt, "alice", request(rt, version="0.9.0", digest="sha256:" + "1" * 64))
+    assert resp.created
+    assert any("method lock" in w and "0.9.0" in w for w in resp.warnings)
 
 
 def test_an_unknown_method_is_refused(rt: Runtime) -> None:

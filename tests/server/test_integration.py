@@ -104,6 +104,7 @@ def upload_and_submit(c: httpx.Client, key: str) -> dict[str, Any]:
             "experiment": "exp",
             "method": method.ref().model_dump(),
             "profiles": ["h200:8"],
+            "image": "registry.example/train:v1",
             "provenance": {"git_commit": "b" * 40, "client_version": "0.1.0"},
         },
         "manifest": {

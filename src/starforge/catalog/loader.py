@@ -1,7 +1,7 @@
 """Loads method declarations from the catalog and computes their digests.
 
-A method's digest is the sha256 of the canonical JSON of its parsed ``method.yaml``; the client
-records it at submit and the server compares it with its own (the catalog handshake).
+A method's digest is the sha256 of the canonical JSON of its parsed ``method.yaml``: the lock
+records it and the server compares it with its own (the catalog handshake).
 """
 
 from __future__ import annotations
@@ -9,79 +9,78 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-from enum import StrEnum
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
-from starforge.contract.errors import MethodNotFound, StarForgeError
+from starforge.catalog.schema import Entrypoint, EntrypointKind, MethodDecl, RuntimeVersion
+from starforge.contract.errors import MethodNotFound, StarForgeError, UsageError
 from starforge.contract.jobspec import MethodRef
 
 CATALOG_ROOT = Path(__file__).resolve().parent
+FRAMEWORK_ORDER = ("trl", "verl", "nemo-rl", "custom")
+
+__all__ = ["CATALOG_ROOT", "Entrypoint", "EntrypointKind", "Method", "all_methods", "get_method"]
 
 
-class EntrypointKind(StrEnum):
-    PYTHON = "python"  # run an experiment file with the job's Python
-    BASH = "bash"  # run an experiment shell script
+class Method(MethodDecl):
+    """A loaded declaration: the file's content plus its digest."""
 
-
-class Entrypoint(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    kind: EntrypointKind
-    file: str
-
-
-class Method(BaseModel):
-    """One method declaration (``method.yaml``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    id: str
-    version: str
-    framework: str
-    summary: str
-    roles: list[str] = Field(default_factory=lambda: ["trainer"])
-    entrypoint: Entrypoint
-    requires: list[str] = Field(default_factory=list)
-    observability: str = "platform"
-    lifecycle: list[str] = Field(default_factory=list)
-    digest: str = ""  # computed, never written in the file
+    digest: str = ""
 
     @property
     def template_dir(self) -> Path:
         return CATALOG_ROOT / self.id / "template"
 
-    def ref(self) -> MethodRef:
-        return MethodRef(id=self.id, version=self.version, digest=self.digest)
+    def runtime_version(self, version: str | None = None) -> tuple[str, RuntimeVersion]:
+        """The runtime for ``version`` (default: the method's default framework version)."""
+        chosen = version or self.runtime.default
+        found = self.runtime.versions.get(chosen)
+        if found is None:
+            raise UsageError(
+                f"{self.id} has no framework version {chosen!r}",
+                hint=f"available: {', '.join(self.runtime.versions)}",
+            )
+        return chosen, found
+
+    def ref(self, framework_version: str | None = None) -> MethodRef:
+        version, runtime = self.runtime_version(framework_version)
+        return MethodRef(id=self.id, version=self.version, digest=self.digest,
+                         framework_version=version, runtime_id=runtime.runtime_id)
 
 
-def _digest(raw: dict[str, Any]) -> str:
-    canonical = json.dumps(raw, sort_keys=True, separators=(",", ":"))
+def declaration_digest(raw: dict[str, Any]) -> str:
+    canonical = json.dumps(raw, sort_keys=True, separators=(",", ":"), default=str)
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def _load_file(path: Path) -> Method:
+def load_file(path: Path) -> Method:
     raw = yaml.safe_load(path.read_text())
     try:
         method = Method.model_validate(raw)
     except ValidationError as exc:
         raise StarForgeError(f"catalog declaration {path} is invalid: {exc}") from exc
-    method.digest = _digest(raw)
+    method.digest = declaration_digest(raw)
     return method
+
+
+def _order(method_id: str) -> tuple[int, str]:
+    fw = method_id.split("/", 1)[0]
+    rank = FRAMEWORK_ORDER.index(fw) if fw in FRAMEWORK_ORDER else len(FRAMEWORK_ORDER)
+    return rank, method_id
 
 
 @cache
 def all_methods() -> dict[str, Method]:
-    """Every built-in method by id, in catalog order."""
+    """Every built-in method by id, in catalog order (trl, verl, nemo-rl, custom)."""
     found = {}
-    for path in sorted(CATALOG_ROOT.glob("*/*/method.yaml")):
-        method = _load_file(path)
+    for path in CATALOG_ROOT.glob("*/*/method.yaml"):
+        method = load_file(path)
         found[method.id] = method
-    return found
+    return {k: found[k] for k in sorted(found, key=_order)}
 
 
 def get_method(method_id: str) -> Method:
@@ -96,8 +95,8 @@ def get_method(method_id: str) -> Method:
                 hint=f"did you mean {', '.join(options)}?",
             )
     close = difflib.get_close_matches(method_id, list(methods), n=3, cutoff=0.5)
-    hint = f"did you mean {', '.join(close)}?" if close else ""
+    hint = f"did you mean {', '.join(close)}? " if close else ""
     raise MethodNotFound(
         f"unknown method {method_id!r}",
-        hint=(hint + " " if hint else "") + f"available: {', '.join(methods)} (`sf methods`)",
+        hint=f"{hint}available: {', '.join(methods)} (`sf methods`)",
     )

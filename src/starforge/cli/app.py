@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from starforge import __version__
-from starforge.cli import cmd_demo, cmd_job, cmd_lab, cmd_server, cmd_submit
+from starforge.cli import cmd_demo, cmd_job, cmd_lab, cmd_methods, cmd_server, cmd_submit
 
 
 def _version(value: bool) -> None:
@@ -43,6 +43,9 @@ def _root(
 app.command(rich_help_panel="Setup")(cmd_lab.init)
 app.command(rich_help_panel="Setup")(cmd_demo.demo)
 app.command(rich_help_panel="Experiment")(cmd_lab.new)
+app.command(rich_help_panel="Experiment")(cmd_methods.methods)
+app.command("ls", rich_help_panel="Experiment")(cmd_methods.ls)
+app.command(rich_help_panel="Experiment")(cmd_methods.validate)
 app.command(rich_help_panel="Job")(cmd_submit.submit)
 app.add_typer(cmd_job.app, name="job", rich_help_panel="Job")
 app.add_typer(cmd_server.app, name="server", rich_help_panel="Management")

@@ -1,11 +1,14 @@
 """The submission path on the researcher's machine, step by step.
 
-1. find the lab and the experiment; 2. validate flags locally (profile grammar, required inputs);
+1. find the lab and the experiment (``--upgrade-recipe`` rewrites its lock first); 2. validate
+locally: profile grammar, the lock's state, the composed config, ``-s`` values against the
+method's typed parameters, the framework's static checks, ``--image``, required inputs;
 3. provenance (full commit, dirty tree refused unless ``--allow-dirty``, untracked files warned);
 4. pack (git's file list + inputs, secrets refused, sha256 manifest); 5. resolve the profiles
-against the server's registry; 6. upload only the blobs the server lacks; 7. ``POST /jobs`` with
-spec + manifest + idempotency key. Every check that can fail runs before a byte is uploaded, and
-nothing is created on the server unless admission accepts the whole request.
+against the server's registry and rerun the checks that depend on the data-parallel size;
+6. upload only the blobs the server lacks; 7. ``POST /jobs`` with spec + manifest + idempotency
+key. Every check that can fail runs before a byte is uploaded, and nothing is created on the
+server unless admission accepts the whole request.
 """
 
 from __future__ import annotations
@@ -16,14 +19,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from starforge import __version__
-from starforge.catalog.loader import Method, get_method
+from starforge.catalog.checks import CheckContext, run_checks
+from starforge.catalog.loader import EntrypointKind, Method, get_method
 from starforge.client.http import Client
 from starforge.contract import profiles as profile_grammar
 from starforge.contract.api import SubmitRequest, SubmitResponse
-from starforge.contract.errors import MissingInput, ServerUnreachable, StarForgeError
+from starforge.contract.errors import LockError, MissingInput, ServerUnreachable, StarForgeError
+from starforge.contract.images import check_image
 from starforge.contract.jobspec import Inputs, JobSpec, Manifest, Provenance
+from starforge.contract.profiles import Pool
 from starforge.project import experiments, git, packer
-from starforge.project.lab import find_lab
+from starforge.project.lab import Lab, find_lab
+from starforge.project.validate import Validated, validate
 
 FLAG_OF = {"model": "--model", "train_data": "--train-data", "validation_data": "--validation-data"}
 
@@ -35,7 +42,12 @@ class SubmitOptions:
     model: str | None = None
     train_data: str | None = None
     validation_data: str | None = None
+    sets: list[str] = field(default_factory=list)
+    image: str | None = None
     allow_dirty: bool = False
+    no_validate: bool = False
+    upgrade_recipe: bool = False
+    framework_version: str | None = None
     cwd: Path | None = None
 
 
@@ -46,8 +58,14 @@ class Prepared:
     spec: JobSpec
     manifest: Manifest
     root: Path
-    method: Method
+    validated: Validated
+    strict: bool = True
     warnings: list[str] = field(default_factory=list)
+    pools: list[Pool] = field(default_factory=list)  # known after check_profiles
+
+    @property
+    def method(self) -> Method:
+        return self.validated.method
 
 
 @dataclass
@@ -66,7 +84,7 @@ def _inputs(root: Path, opts: SubmitOptions, method: Method) -> tuple[Inputs, li
         "train_data": opts.train_data,
         "validation_data": opts.validation_data,
     }
-    missing = [FLAG_OF[k] for k in method.requires if not given.get(k)]
+    missing = [FLAG_OF[k] for k in method.requires if k in FLAG_OF and not given.get(k)]
     if missing:
         raise MissingInput(
             f"method {method.id} needs {', '.join(missing)}",
@@ -86,51 +104,79 @@ def _inputs(root: Path, opts: SubmitOptions, method: Method) -> tuple[Inputs, li
     return Inputs(**refs), files
 
 
-def prepare(opts: SubmitOptions) -> Prepared:
-    """Steps 1-4: everything local. Raises before anything leaves the machine."""
-    lab = find_lab(opts.cwd)
-    exp = experiments.load_experiment(lab, opts.experiment)
+def _upgrade(lab: Lab, name: str, framework_version: str | None) -> str:
+    exp = experiments.load_experiment(lab, name)
+    if exp.method is None:
+        raise LockError(f"cannot upgrade {name!r}: {exp.lock_error}",
+                        hint="recreate the experiment with `sf new`")
     method = get_method(exp.method.id)
+    ref = experiments.lock_experiment(lab, name, method, framework_version)
+    return (f"upgraded {exp.relpath}/{experiments.LOCK_FILE} to {ref.id} {ref.version} "
+            f"(framework {ref.framework_version}); commit it")
+
+
+def _image(opts: SubmitOptions, method: Method) -> str:
+    if opts.image:
+        return check_image(opts.image)
+    if "image" in method.requires:
+        raise MissingInput(f"method {method.id} needs --image: it runs your own code in your "
+                           "own image", hint="e.g. --image myregistry.io/train:v1",
+                           details={"missing": ["--image"]})
+    return ""
+
+
+def prepare(opts: SubmitOptions) -> Prepared:
+    """Everything local: lock, validation, inputs, provenance, pack. Raises before upload."""
+    lab = find_lab(opts.cwd)
+    experiments.load_experiment(lab, opts.experiment)  # a clear error for an unknown name
+    warnings = [_upgrade(lab, opts.experiment, opts.framework_version)] \
+        if opts.upgrade_recipe else []
+    exp = experiments.load_experiment(lab, opts.experiment)
     profile_grammar.parse_profile_args(opts.profiles)
+    validated = validate(lab, exp, opts.sets, framework_version=opts.framework_version,
+                         strict=not opts.no_validate)
+    warnings += validated.warnings
+    method = validated.method
+    image = _image(opts, method)
     inputs, input_files = _inputs(lab.root, opts, method)
     state = git.read_state(lab.root, [exp.relpath, *packer.SHARED_DIRS])
     git.require_clean(state, allow_dirty=opts.allow_dirty)
-    warnings = [
-        f"untracked file will travel with the run but is not in commit {state.commit[:12]}: {p}"
-        for p in state.untracked
-    ]
+    warnings += [f"untracked file will travel with the run but is not in commit "
+                 f"{state.commit[:12]}: {p}" for p in state.untracked]
     if state.dirty:
-        warnings.append(
-            f"submitting uncommitted changes (--allow-dirty): {', '.join(state.changed)}"
-        )
+        warnings.append(f"submitting uncommitted changes (--allow-dirty): "
+                        f"{', '.join(state.changed)}")
     manifest = packer.build_manifest(lab.root, [*state.tracked, *state.untracked, *input_files])
-    entry = f"{exp.relpath}/{method.entrypoint.file}"
-    if entry not in {f.path for f in manifest.files}:
-        raise StarForgeError(
-            f"{entry} is missing: {method.id} runs it",
-            hint="restore it, or recreate the experiment with `sf new`",
-        )
+    _check_entrypoint(exp.relpath, method, manifest)
+    assert exp.method is not None
     spec = JobSpec(
-        project=lab.name,
-        experiment=exp.name,
-        method=exp.method,
-        profiles=opts.profiles,
-        inputs=inputs,
-        provenance=Provenance(
-            git_commit=state.commit,
-            git_dirty=state.dirty,
-            untracked=state.untracked,
-            client_version=__version__,
-        ),
+        project=lab.name, experiment=exp.name, method=exp.method, profiles=opts.profiles,
+        inputs=inputs, hyperparams=validated.hyperparams, image=image,
+        provenance=Provenance(git_commit=state.commit, git_dirty=state.dirty,
+                              untracked=state.untracked, client_version=__version__),
     )
-    return Prepared(spec=spec, manifest=manifest, root=lab.root, method=method, warnings=warnings)
+    return Prepared(spec=spec, manifest=manifest, root=lab.root, validated=validated,
+                    strict=not opts.no_validate, warnings=warnings)
 
 
-def check_profiles(client: Client, prepared: Prepared) -> None:
-    """Step 5: the profiles must resolve against the server's registry before any upload."""
+def _check_entrypoint(exp_rel: str, method: Method, manifest: Manifest) -> None:
+    if method.entrypoint.kind not in (EntrypointKind.PYTHON, EntrypointKind.BASH):
+        return  # module/file entrypoints ship with the framework's image
+    entry = f"{exp_rel}/{method.entrypoint.file}"
+    if entry not in {f.path for f in manifest.files}:
+        raise StarForgeError(f"{entry} is missing: {method.id} runs it",
+                             hint="restore it, or recreate the experiment with `sf new`")
+
+
+def check_profiles(client: Client, prepared: Prepared) -> list[Pool]:
+    """The profiles resolved against the server's registry, and the profile-aware checks."""
     registry = client.profiles().profiles
     requests = profile_grammar.parse_profile_args(prepared.spec.profiles)
-    profile_grammar.resolve(requests, registry, prepared.method.roles)
+    pools = profile_grammar.resolve(requests, registry, prepared.method.roles)
+    if prepared.strict:
+        run_checks(CheckContext(prepared.method, prepared.validated.run_config, pools))
+    prepared.pools = pools
+    return pools
 
 
 def upload_and_submit(

@@ -62,6 +62,34 @@ class InvalidSpec(UsageError):
     code = "usage.invalid_spec"
 
 
+class ConfigError(UsageError):
+    """An experiment config that cannot be read or composed (YAML, defaults chain)."""
+
+    code = "usage.config"
+
+
+class ParamError(UsageError):
+    """A -s override or a config value that breaks the method's declaration."""
+
+    code = "usage.param"
+
+
+class ImageError(UsageError):
+    code = "usage.image"
+
+
+class BatchValidation(UsageError):
+    """The seed's "batch size validation failure": a framework rule across several keys."""
+
+    code = "validation.batch"
+
+
+class LockError(UsageError):
+    """The experiment's method lock is malformed or incompatible with the catalog."""
+
+    code = "project.lock"
+
+
 # ---- the researcher's workspace (exit 1) ------------------------------------------------------
 
 

@@ -78,10 +78,22 @@ class InputRef(Strict):
         return v
 
 
+class ParamBinding(Strict):
+    """A parameter an experiment binds: its config path and type when the lock was written."""
+
+    path: str
+    type: str
+
+
 class MethodRef(Strict):
+    """Which method declaration a run was made with (what the experiment's lock records)."""
+
     id: str
     version: str
     digest: str
+    framework_version: str = ""
+    runtime_id: str = ""
+    bindings: dict[str, ParamBinding] = Field(default_factory=dict)
 
 
 class Provenance(Strict):
@@ -105,6 +117,7 @@ class JobSpec(Strict):
     profiles: list[str] = Field(min_length=1)
     inputs: Inputs = Field(default_factory=Inputs)
     hyperparams: dict[str, Any] = Field(default_factory=dict)
+    image: str = ""
     provenance: Provenance
 
     @field_validator("project", "experiment")

@@ -1,8 +1,8 @@
 """Experiments: ``experiments/<name>/`` folders of a lab and their method lock.
 
-``method.lock.json`` records which method declaration (id, version, digest) the experiment was
-made from; ``sf submit`` sends it and the server compares it with its catalog. The lock is written
-only by ``sf new`` (the methods issue adds upgrades); it is never rewritten silently.
+``method.lock.json`` records which method declaration an experiment was made with (id, version,
+digest, framework version, runtime) and the parameters its config binds. It is written by
+``sf new`` and by an explicit upgrade (``sf submit --upgrade-recipe``), never silently.
 """
 
 from __future__ import annotations
@@ -11,23 +11,31 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
 
 from starforge.catalog.loader import Method, get_method
+from starforge.catalog.locks import new_lock
+from starforge.contract.config import compose
 from starforge.contract.errors import ExperimentExists, ExperimentNotFound, ProjectError
 from starforge.contract.jobspec import MethodRef
 from starforge.contract.names import check_name
 from starforge.project.lab import Lab
 
 LOCK_FILE = "method.lock.json"
+LAB_FILES = "lab"  # template/lab/* goes to the lab root (shared configs), never overwriting
 
 
 @dataclass(frozen=True)
 class Experiment:
     lab: Lab
     name: str
-    method: MethodRef
+    method: MethodRef | None  # None: the lock is missing or malformed
+    lock_error: str = ""
 
     @property
     def path(self) -> Path:
@@ -41,7 +49,18 @@ class Experiment:
 def list_experiments(lab: Lab) -> list[str]:
     if not lab.experiments_dir.is_dir():
         return []
-    return sorted(p.name for p in lab.experiments_dir.iterdir() if (p / LOCK_FILE).is_file())
+    return sorted(p.name for p in lab.experiments_dir.iterdir()
+                  if p.is_dir() and not p.name.startswith("."))
+
+
+def read_lock(folder: Path) -> tuple[MethodRef | None, str]:
+    path = folder / LOCK_FILE
+    if not path.is_file():
+        return None, f"{LOCK_FILE} is missing"
+    try:
+        return MethodRef.model_validate(json.loads(path.read_text())["method"]), ""
+    except (ValueError, KeyError, TypeError, ValidationError) as exc:
+        return None, f"{path} is malformed: {exc}"
 
 
 def load_experiment(lab: Lab, name: str) -> Experiment:
@@ -50,55 +69,92 @@ def load_experiment(lab: Lab, name: str) -> Experiment:
         known = list_experiments(lab)
         raise ExperimentNotFound(
             f"no experiment {name!r} in {lab.experiments_dir}",
-            hint=f"experiments here: {', '.join(known)}"
-            if known
+            hint=f"experiments here: {', '.join(known)}" if known
             else "create one with `sf new NAME --method trl/grpo`",
         )
-    lock_path = folder / LOCK_FILE
-    if not lock_path.is_file():
-        raise ProjectError(
-            f"experiment {name!r} has no {LOCK_FILE}: it does not say which method it uses",
-            hint="recreate it with `sf new NAME --method ID`",
-        )
-    try:
-        data = json.loads(lock_path.read_text())
-        ref = MethodRef.model_validate(data["method"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ProjectError(
-            f"{lock_path} is malformed: {exc}", hint="recreate the experiment with `sf new`"
-        ) from exc
-    return Experiment(lab=lab, name=name, method=ref)
+    ref, error = read_lock(folder)
+    return Experiment(lab=lab, name=name, method=ref, lock_error=error)
 
 
-def write_lock(folder: Path, method: Method) -> None:
-    body = {"method": method.ref().model_dump(), "framework": method.framework}
+def write_lock(folder: Path, ref: MethodRef) -> None:
+    body = {"method": ref.model_dump(mode="json")}
     tmp = folder / (LOCK_FILE + ".tmp")
     tmp.write_text(json.dumps(body, indent=2, sort_keys=True) + "\n")
     os.replace(tmp, folder / LOCK_FILE)
 
 
-def new_experiment(lab: Lab, name: str, method_id: str) -> Experiment:
-    """Create ``experiments/NAME`` from the method's template, atomically."""
+def lab_reader(root: Path) -> Callable[[str], str | None]:
+    def read(rel: str) -> str | None:
+        path = root / rel
+        return path.read_text() if path.is_file() else None
+
+    return read
+
+
+def composed_config(lab: Lab, name: str, method: Method) -> dict[str, Any]:
+    rel = f"experiments/{name}/{method.config.file}"
+    if not (lab.root / rel).is_file():
+        return {}
+    return compose(rel, lab_reader(lab.root))
+
+
+def lock_experiment(lab: Lab, name: str, method: Method,
+                    framework_version: str | None = None) -> MethodRef:
+    """(Re)write the experiment's lock against ``method`` as the catalog has it now."""
+    ref = new_lock(method, composed_config(lab, name, method), framework_version)
+    write_lock(lab.experiments_dir / name, ref)
+    return ref
+
+
+def _copy_lab_files(method: Method, lab: Lab) -> list[str]:
+    source = method.template_dir / LAB_FILES
+    added = []
+    if source.is_dir():
+        for path in sorted(p for p in source.rglob("*") if p.is_file()):
+            rel = path.relative_to(source)
+            target = lab.root / rel
+            if not target.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, target)
+                added.append(rel.as_posix())
+    return added
+
+
+def new_experiment(lab: Lab, name: str, method_id: str | None = None, *,
+                   framework_version: str | None = None, source: str | None = None
+                   ) -> Experiment:
+    """Create ``experiments/NAME`` from a method's template, or fork ``source``."""
     check_name("experiment", name)
-    method = get_method(method_id)
     target = lab.experiments_dir / name
     if target.exists():
-        raise ExperimentExists(
-            f"experiment {name!r} already exists at {target}", hint="pick another name"
-        )
+        raise ExperimentExists(f"experiment {name!r} already exists at {target}",
+                               hint="pick another name")
+    if source is not None:
+        origin = load_experiment(lab, source)
+        if origin.method is None:
+            raise ProjectError(f"cannot fork {source!r}: {origin.lock_error}")
+        method = get_method(origin.method.id)
+        template, ignore = origin.path, ("outputs", LOCK_FILE)
+        framework_version = framework_version or origin.method.framework_version or None
+    else:
+        method = get_method(method_id or "trl/grpo")
+        template, ignore = method.template_dir, (LAB_FILES,)
+    method.runtime_version(framework_version)  # an unknown version fails before any copy
     lab.experiments_dir.mkdir(exist_ok=True)
     # Stage beside the target and rename, so a crash never leaves half an experiment.
     staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=lab.experiments_dir))
     try:
-        shutil.copytree(
-            method.template_dir,
-            staging,
-            dirs_exist_ok=True,
-            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
-        )
-        write_lock(staging, method)
+        shutil.copytree(template, staging, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", *ignore))
         os.rename(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return Experiment(lab=lab, name=name, method=method.ref())
+    try:
+        if source is None:
+            _copy_lab_files(method, lab)
+        ref = lock_experiment(lab, name, method, framework_version)
+    except BaseException:
+        shutil.rmtree(target, ignore_errors=True)
+        raise
+    return Experiment(lab=lab, name=name, method=ref)

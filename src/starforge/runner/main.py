@@ -17,12 +17,14 @@ import time
 from pathlib import Path
 from typing import IO
 
+from starforge.catalog.adapters import CompileContext, LaunchPlan, compile_plan
+from starforge.catalog.adapters.base import run_config
 from starforge.catalog.loader import get_method
 from starforge.contract.env import Binding, job_env
 from starforge.contract.errors import RunnerError, StarForgeError
 from starforge.contract.jobspec import JobSpec, Manifest
 from starforge.contract.states import EndReason
-from starforge.runner.adapters import compile_plan
+from starforge.runner.preflight import check_packages
 from starforge.runner.report import Reporter, write_exit_record
 from starforge.runner.unpack import MARKER, manifest_digest, unpack
 
@@ -70,6 +72,28 @@ class Runner:
             time.sleep(0.2)
         raise RunnerError("node 0 did not unpack the package in time")
 
+    def _compile(self, spec: JobSpec) -> LaunchPlan:
+        """Preflight the runtime, compile the method's launch plan, write the files it needs."""
+        b = self.binding
+        method = get_method(spec.method.id)
+        if spec.method.framework_version:
+            _, runtime = method.runtime_version(spec.method.framework_version)
+            check_packages(runtime.packages)
+        work = Path(b.work_dir)
+
+        def read(rel: str) -> str | None:
+            path = work / rel
+            return path.read_text() if path.is_file() else None
+
+        Path(b.out_dir).mkdir(parents=True, exist_ok=True)
+        env = {**self._base_env(), **job_env(spec, b)}
+        plan = compile_plan(CompileContext(spec=spec, method=method, binding=b, env=env,
+                                           config=run_config(spec, method, read)))
+        for path, content in plan.files.items():
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(content)
+        return plan
+
     def _base_env(self) -> dict[str, str]:
         # The runner inherits the control plane's environment; its settings are not the job's.
         return {k: v for k, v in os.environ.items() if not k.startswith(("STARFORGE_", "FORGE_"))}
@@ -81,10 +105,7 @@ class Runner:
         try:
             spec, manifest = self._load()
             self._prepare_work_dir(manifest)
-            method = get_method(spec.method.id)
-            Path(b.out_dir).mkdir(parents=True, exist_ok=True)
-            env = {**self._base_env(), **job_env(spec, b)}
-            plan = compile_plan(spec, method, b, env)
+            plan = self._compile(spec)
         except (StarForgeError, OSError, ValueError) as exc:
             message = exc.message if isinstance(exc, StarForgeError) else str(exc)
             self.say(f"startup failed: {message}")

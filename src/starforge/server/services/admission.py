@@ -2,9 +2,10 @@
 
 :func:`admit` is pure with respect to the database (it reads settings, the catalog, the storage
 and the disk) and returns what the run will be; it raises a :mod:`starforge.contract.errors` class
-naming what was wrong and what to do. Order: catalog handshake, profiles, fit against the
-inventory, required inputs, shared inputs on disk, package inputs in the manifest, blobs present,
-the entrypoint in the package. Capacity that is merely busy is not checked here: the run queues.
+naming what was wrong and what to do. Order: catalog handshake (the submission's lock against the
+server's catalog), profiles, fit against the inventory, required inputs, the image, shared inputs
+on disk, package inputs in the manifest, blobs present, the entrypoint in the package, and the
+recorded parameters and framework checks again (the client's validation is not trusted). Capacity that is merely busy is not checked here: the run queues.
 """
 
 from __future__ import annotations
@@ -12,8 +13,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from starforge.catalog.loader import Method, get_method
-from starforge.contract.errors import CatalogMismatch, MissingBlobs, MissingInput, Rejected
+from starforge.catalog.adapters.base import run_config
+from starforge.catalog.checks import CheckContext, run_checks
+from starforge.catalog.loader import EntrypointKind, Method, get_method
+from starforge.catalog.locks import lock_state
+from starforge.contract import images, params
+from starforge.contract.errors import (
+    CatalogMismatch,
+    MissingBlobs,
+    MissingInput,
+    ParamError,
+    Rejected,
+)
 from starforge.contract.jobspec import InputKind, JobSpec, Manifest
 from starforge.contract.profiles import Pool, parse_profile_args, resolve
 from starforge.server.services import scheduler
@@ -39,23 +50,53 @@ class Admitted:
         return sum(p.total_gpus for p in self.pools)
 
 
-def check_catalog(spec: JobSpec) -> Method:
-    method = get_method(spec.method.id)
-    if spec.method.version != method.version or spec.method.digest != method.digest:
-        raise CatalogMismatch(
-            f"method {method.id}: your experiment is locked to version {spec.method.version} "
-            f"(digest {spec.method.digest}) but the server's catalog has version "
-            f"{method.version} (digest {method.digest})",
-            hint="run `sf submit --upgrade-recipe` or update the client",
-            details={
-                "method": method.id,
-                "client_version": spec.method.version,
-                "client_digest": spec.method.digest,
-                "server_version": method.version,
-                "server_digest": method.digest,
-            },
-        )
-    return method
+def check_catalog(spec: JobSpec) -> tuple[Method, list[str]]:
+    """The catalog handshake: the lock the submission carries against the server's catalog."""
+    get_method(spec.method.id)  # an unknown method is its own error, with suggestions
+    status = lock_state(spec.method)
+    if status.state.submittable and status.method is not None:
+        return status.method, [f"method lock: {r}" for r in status.reasons]
+    server = status.method or get_method(spec.method.id)
+    raise CatalogMismatch(
+        f"stale lock: experiment {spec.experiment!r} is locked to {spec.method.id} "
+        f"{spec.method.version} (framework {spec.method.framework_version or '?'}), the "
+        f"server's catalog has {server.version} (framework {server.runtime.default}): "
+        + "; ".join(status.reasons),
+        hint=f"run `sf submit {spec.experiment} --upgrade-recipe ...` and commit the new "
+        "method.lock.json (or update the client if the server is newer)",
+        details={"method": server.id, "client_version": spec.method.version,
+                 "client_digest": spec.method.digest, "server_version": server.version,
+                 "server_digest": server.digest, "reasons": status.reasons},
+    )
+
+
+def check_params(spec: JobSpec, method: Method, manifest: Manifest, storage: Storage,
+                 pools: list[Pool]) -> None:
+    """Re-validate the recorded parameters and the framework's static checks."""
+    for name, value in spec.hyperparams.items():
+        param = method.params.get(name)
+        if param is None:
+            raise ParamError(f"parameter {name!r} is not declared by {method.id}",
+                             hint=params.suggest(name, sorted(method.params)))
+        params.check_value(name, param, value, f"hyperparams.{name}")
+    missing = [n for n, p in method.params.items() if p.required and n not in spec.hyperparams]
+    if missing:
+        raise ParamError(f"required parameter(s) without a value: {', '.join(missing)}")
+    by_path = {f.path: f.sha256 for f in manifest.files}
+
+    def read(rel: str) -> str | None:
+        digest = by_path.get(rel)
+        return storage.blob_path(digest).read_text() if digest else None
+
+    run_checks(CheckContext(method, run_config(spec, method, read), pools))
+
+
+def check_image(spec: JobSpec, method: Method) -> None:
+    if spec.image:
+        images.check_image(spec.image)
+    elif "image" in method.requires:
+        raise MissingInput(f"method {method.id} needs --image", hint="e.g. --image reg.io/t:v1",
+                           details={"missing": ["--image"]})
 
 
 def check_fit(pools: list[Pool], inventory: list[NodeDef]) -> None:
@@ -69,7 +110,8 @@ def check_fit(pools: list[Pool], inventory: list[NodeDef]) -> None:
 
 
 def check_inputs(spec: JobSpec, method: Method, manifest: Manifest) -> None:
-    missing = [name for name in method.requires if getattr(spec.inputs, name, None) is None]
+    missing = [name for name in method.requires
+               if name in INPUT_FLAGS and getattr(spec.inputs, name, None) is None]
     if missing:
         flags = [INPUT_FLAGS.get(name, f"--{name.replace('_', '-')}") for name in missing]
         raise MissingInput(
@@ -109,7 +151,8 @@ def check_package(spec: JobSpec, method: Method, manifest: Manifest, storage: St
             details={"missing": missing},
         )
     entry = f"{spec.exp_dir}/{method.entrypoint.file}"
-    if entry not in {f.path for f in manifest.files}:
+    in_package = method.entrypoint.kind in (EntrypointKind.PYTHON, EntrypointKind.BASH)
+    if in_package and entry not in {f.path for f in manifest.files}:
         raise Rejected(
             f"the package has no {entry}: method {method.id} runs it as its entrypoint",
             hint=f"create {entry} in the experiment and commit it",
@@ -126,14 +169,16 @@ def admit(
     storage: Storage,
 ) -> Admitted:
     """Check a submission end to end; raise the first problem found."""
-    method = check_catalog(spec)
+    method, warnings = check_catalog(spec)
     pools = resolve(parse_profile_args(spec.profiles), profiles, method.roles)
     check_fit(pools, inventory)
     check_inputs(spec, method, manifest)
+    check_image(spec, method)
     check_package(spec, method, manifest, storage)
-    warnings = []
+    check_params(spec, method, manifest, storage, pools)
     if spec.provenance.git_dirty:
         warnings.append("submitted from a tree with uncommitted changes")
     if spec.provenance.untracked:
-        warnings.append(f"{len(spec.provenance.untracked)} untracked file(s) were not packed")
+        warnings.append(f"{len(spec.provenance.untracked)} untracked file(s) travelled with the "
+                        "run but are not in its commit")
     return Admitted(method=method, pools=pools, warnings=warnings)

@@ -1,10 +1,12 @@
 """GRPO training with TRL, as the StarForge runner runs it (cwd = this experiment's folder).
 
-Reads FORGE_MODEL, FORGE_TRAIN_DATA / FORGE_VALIDATION_DATA (JSONL or Parquet, ``prompt``
-column), FORGE_OUT_DIR, FORGE_HYPERPARAMS (JSON overrides of config.yaml), FORGE_RESUME_FROM.
-Prints ``[metrics] {json}`` per step (``[eval]`` for evaluations); writes checkpoints to
-$FORGE_OUT_DIR/checkpoints, then the model to $FORGE_OUT_DIR/final and summary.json (also
-printed as ``[summary] {json}``). Exit codes: 0 done, 2 bad input, 143 stopped by SIGTERM.
+Reads FORGE_CONFIG (the GRPOConfig arguments the platform composed, output_dir included;
+without it, config.yaml next to this file and output_dir = $FORGE_OUT_DIR/checkpoints),
+FORGE_MODEL, FORGE_TRAIN_DATA / FORGE_VALIDATION_DATA (JSONL or Parquet, ``prompt`` column),
+FORGE_OUT_DIR, FORGE_RESUME_FROM. Prints ``[config] {json}`` (the arguments given to
+GRPOConfig), then ``[metrics] {json}`` per step (``[eval]`` for evaluations); writes checkpoints
+to output_dir, then the model to $FORGE_OUT_DIR/final and summary.json (also printed as
+``[summary] {json}``). Exit codes: 0 done, 2 bad input, 143 stopped by SIGTERM.
 """
 
 from __future__ import annotations
@@ -19,13 +21,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
-from transformers import (
-    PrinterCallback,
-    TrainerCallback,
-    TrainerControl,
-    TrainerState,
-    TrainingArguments,
-)
+from transformers import PrinterCallback, TrainerCallback, TrainerState
 
 HERE = Path(__file__).resolve().parent
 EXIT_BAD_INPUT = 2
@@ -34,7 +30,7 @@ DATA_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
 
 def fail(message: str) -> NoReturn:
-    print(f"train.py: error: {message}", file=sys.stderr)
+    print(f"train.py: error: {' '.join(message.split())}", file=sys.stderr)
     sys.exit(EXIT_BAD_INPUT)
 
 
@@ -61,23 +57,26 @@ def model_location() -> str:
     return value  # a hub id; works offline only if it is in the HF cache
 
 
-def load_settings() -> dict[str, Any]:
-    """config.yaml, then FORGE_HYPERPARAMS on top."""
-    settings = yaml.safe_load((HERE / "config.yaml").read_text()) or {}
+def load_settings(out_dir: Path) -> tuple[dict[str, Any], str]:
+    """The GRPOConfig arguments and their source: $FORGE_CONFIG (composed by the platform:
+    overrides applied, output_dir set) or, in a run by hand, config.yaml next to this file."""
+    given = os.environ.get("FORGE_CONFIG", "")
+    source = f"FORGE_CONFIG={given}" if given else "config.yaml"
+    try:
+        settings = yaml.safe_load(Path(given or HERE / "config.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        fail(f"{source}: cannot read it: {exc}")
     if not isinstance(settings, dict):
-        fail("config.yaml must be a mapping of GRPOConfig arguments")
-    raw = os.environ.get("FORGE_HYPERPARAMS", "")
-    if raw:
-        try:
-            overrides = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            fail(f"FORGE_HYPERPARAMS is not valid JSON: {exc}")
-        if not isinstance(overrides, dict):
-            fail("FORGE_HYPERPARAMS must be a JSON object")
-        settings.update(overrides)
+        fail(f"{source} must be a mapping of GRPOConfig arguments")
+    if given:
+        settings.setdefault("output_dir", str(out_dir / "checkpoints"))
+        return settings, source
+    if "defaults" in settings:
+        fail("config.yaml inherits with 'defaults:', which only the platform composes")
     if "output_dir" in settings:
         fail("output_dir is set by the platform ($FORGE_OUT_DIR/checkpoints); remove it")
-    return settings
+    settings["output_dir"] = str(out_dir / "checkpoints")
+    return settings, source
 
 
 def load_prompts(path: Path) -> Any:
@@ -118,9 +117,7 @@ class SigtermStop(TrainerCallback):
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.requested = True  # no printing here: the main thread may be mid-write to stdout
 
-    def on_step_end(
-        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
-    ) -> None:
+    def on_step_end(self, args: Any, state: TrainerState, control: Any, **kw: Any) -> None:
         if self.requested:
             print(f"[signal] SIGTERM: saving checkpoint-{state.global_step} and stopping")
             control.should_save = True
@@ -135,12 +132,7 @@ class PrintMetrics(TrainerCallback):
     """Prints each log as one compact JSON line: ``[metrics]`` for steps, ``[eval]`` for evals."""
 
     def on_log(
-        self,
-        args: TrainingArguments,
-        state: TrainerState,
-        control: TrainerControl,
-        logs: dict[str, Any] | None = None,
-        **kw: Any,
+        self, args: Any, state: TrainerState, control: Any, logs: Any = None, **kw: Any
     ) -> None:
         logs = logs or {}
         if "train_runtime" in logs:  # the end-of-training summary, not a step
@@ -182,24 +174,25 @@ def main() -> int:
     out_dir = Path(os.environ.get("FORGE_OUT_DIR") or fail("FORGE_OUT_DIR is not set"))
     out_dir.mkdir(parents=True, exist_ok=True)
     resume_from = input_path("FORGE_RESUME_FROM", required=False)
-    settings = load_settings()
+    settings, source = load_settings(out_dir)
 
     from reward import REWARD_FUNCS
     from trl import GRPOConfig, GRPOTrainer  # after the checks: importing TRL takes seconds
 
     quiet_libraries()
 
-    known = {f.name for f in dataclasses.fields(GRPOConfig)}
-    unknown = sorted(set(settings) - known)
+    unknown = sorted(set(settings) - {f.name for f in dataclasses.fields(GRPOConfig)})
     if unknown:
-        fail(f"unknown GRPOConfig argument(s) in config.yaml/FORGE_HYPERPARAMS: {unknown}")
+        fail(f"unknown GRPOConfig argument(s) in {source}: {unknown}")
     if val_path is None:
         settings["eval_strategy"] = "no"
-    checkpoints = out_dir / "checkpoints"
     try:
-        config = GRPOConfig(output_dir=str(checkpoints), **settings)
+        config = GRPOConfig(**settings)
     except (TypeError, ValueError) as exc:
         fail(f"invalid GRPOConfig: {exc}")
+    print(f"[config] {json.dumps(settings, separators=(',', ':'), sort_keys=True, default=str)}")
+
+    checkpoints = Path(config.output_dir)
 
     resume = resume_from or latest_checkpoint(checkpoints)
     # Resumed from a checkpoint that already has max_steps, Trainer would run one step more.

@@ -1,0 +1,73 @@
+"""What every adapter shares: the compile context, the launch plan, platform-owned config keys."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from starforge.catalog.loader import Method
+from starforge.contract import params
+from starforge.contract.config import compose, set_path
+from starforge.contract.env import Binding, input_location
+from starforge.contract.jobspec import JobSpec
+
+
+@dataclass(frozen=True)
+class CompileContext:
+    spec: JobSpec
+    method: Method
+    binding: Binding
+    env: dict[str, str]  # the job environment (contract.env.job_env) the plan starts from
+    config: dict[str, Any]  # the experiment's composed config with the run's parameters applied
+
+    @property
+    def work_dir(self) -> str:
+        return self.binding.work_dir
+
+    @property
+    def exp_dir(self) -> str:
+        return f"{self.binding.work_dir}/{self.spec.exp_dir}"
+
+    @property
+    def state_dir(self) -> str:
+        return f"{self.binding.run_dir}/state"
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+    files: dict[str, str] = field(default_factory=dict)  # path -> content, written before launch
+
+    def describe(self) -> dict[str, Any]:
+        """What `--dry-run` prints: the command, where it runs, what the platform added."""
+        return {"argv": self.argv, "cwd": self.cwd, "files": sorted(self.files)}
+
+
+def run_config(
+    spec: JobSpec, method: Method, read: Callable[[str], str | None]
+) -> dict[str, Any]:
+    """The experiment's config composed from its files, with the run's parameters applied.
+
+    ``read(lab_relative_path) -> str | None`` reads the package (laptop, server or job)."""
+    path = f"{spec.exp_dir}/{method.config.file}"
+    composed = compose(path, read) if read(path) is not None else {}
+    return params.apply(method.params, composed, spec.hyperparams)
+
+
+def platform_config(ctx: CompileContext, out_subdir: str = "checkpoints") -> dict[str, Any]:
+    """The run's config with the keys the platform owns written over it."""
+    config = params.apply({}, ctx.config, {})  # a deep copy
+    decl = ctx.method.config
+    if decl.output_dir:
+        set_path(config, decl.output_dir, f"{ctx.binding.out_dir}/{out_subdir}")
+    topology = {"nodes": ctx.binding.nnodes, "gpus_per_node": ctx.binding.gpus_per_node}
+    for key, path in decl.topology.items():
+        set_path(config, path, topology[key])
+    for key, path in decl.bindings.items():
+        location = input_location(getattr(ctx.spec.inputs, key), ctx.binding.work_dir)
+        if location:
+            set_path(config, path, location)
+    return config

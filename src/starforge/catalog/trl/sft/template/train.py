@@ -1,0 +1,232 @@
+"""SFT with TRL, as the StarForge runner runs it (cwd = this experiment's folder).
+
+Reads FORGE_CONFIG (the SFTConfig arguments the platform composed, output_dir included; without
+it, config.yaml next to this file and output_dir = $FORGE_OUT_DIR/checkpoints), FORGE_MODEL,
+FORGE_TRAIN_DATA / FORGE_VALIDATION_DATA (JSONL or Parquet: ``prompt`` + ``completion``,
+``text`` or ``messages`` columns), FORGE_OUT_DIR, FORGE_RESUME_FROM. Prints ``[config] {json}``
+(the arguments given to SFTConfig), then ``[metrics] {json}`` per step (``[eval]`` for
+evaluations); writes checkpoints to output_dir, then the model to $FORGE_OUT_DIR/final and
+summary.json (also printed as ``[summary] {json}``). Exit: 0 done, 2 bad input, 143 SIGTERM.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import signal
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import yaml
+from transformers import PrinterCallback, TrainerCallback, TrainerState
+
+HERE = Path(__file__).resolve().parent
+EXIT_BAD_INPUT = 2
+EXIT_SIGTERM = 143
+DATA_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+
+
+def fail(message: str) -> NoReturn:
+    print(f"train.py: error: {' '.join(message.split())}", file=sys.stderr)
+    sys.exit(EXIT_BAD_INPUT)
+
+
+def input_path(name: str, *, required: bool) -> Path | None:
+    """The existing file or folder a variable points to (None if unset and optional)."""
+    value = os.environ.get(name, "")
+    if not value:
+        if required:
+            fail(f"{name} is not set")
+        return None
+    path = Path(value).expanduser()
+    if not path.exists():
+        fail(f"{name}={value}: no such file or folder")
+    return path
+
+
+def model_location() -> str:
+    """FORGE_MODEL as given: an existing folder, or else something that reads as a hub id."""
+    value = os.environ.get("FORGE_MODEL") or fail("FORGE_MODEL is not set")
+    if Path(value).expanduser().exists():
+        return str(Path(value).expanduser())
+    if value.startswith(("/", ".", "~")) or not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", value):
+        fail(f"FORGE_MODEL={value}: no such folder (and not a hub id)")
+    return value  # a hub id; works offline only if it is in the HF cache
+
+
+def load_settings(out_dir: Path) -> tuple[dict[str, Any], str]:
+    """The SFTConfig arguments and their source: $FORGE_CONFIG (composed by the platform:
+    overrides applied, output_dir set) or, in a run by hand, config.yaml next to this file."""
+    given = os.environ.get("FORGE_CONFIG", "")
+    source = f"FORGE_CONFIG={given}" if given else "config.yaml"
+    try:
+        settings = yaml.safe_load(Path(given or HERE / "config.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        fail(f"{source}: cannot read it: {exc}")
+    if not isinstance(settings, dict):
+        fail(f"{source} must be a mapping of SFTConfig arguments")
+    if given:
+        settings.setdefault("output_dir", str(out_dir / "checkpoints"))
+        return settings, source
+    if "defaults" in settings:
+        fail("config.yaml inherits with 'defaults:', which only the platform composes")
+    if "output_dir" in settings:
+        fail("output_dir is set by the platform ($FORGE_OUT_DIR/checkpoints); remove it")
+    settings["output_dir"] = str(out_dir / "checkpoints")
+    return settings, source
+
+
+def load_examples(path: Path, text_field: str) -> Any:
+    from datasets import load_dataset
+
+    kind = DATA_FORMATS.get(path.suffix.lower())
+    if kind is None:
+        fail(f"{path}: expected one of {', '.join(DATA_FORMATS)}")
+    dataset = load_dataset(kind, data_files=str(path), split="train")
+    columns = set(dataset.column_names)
+    if not ({"prompt", "completion"} <= columns or text_field in columns or "messages" in columns):
+        fail(
+            f"{path}: expected 'prompt' and 'completion', '{text_field}' or 'messages' columns "
+            f"(columns: {', '.join(dataset.column_names)})"
+        )
+    return dataset
+
+
+def latest_checkpoint(folder: Path) -> Path | None:
+    """The complete checkpoint-<N> with the highest N (numeric, not name order)."""
+    found = [
+        (int(p.name.split("-", 1)[1]), p)
+        for p in folder.glob("checkpoint-*")
+        if re.fullmatch(r"checkpoint-\d+", p.name) and (p / "trainer_state.json").is_file()
+    ]
+    return max(found)[1] if found else None
+
+
+def steps_in(checkpoint: Path) -> int:
+    """The global step a checkpoint was saved at (0 if it has no trainer state)."""
+    state = checkpoint / "trainer_state.json"
+    return int(json.loads(state.read_text())["global_step"]) if state.is_file() else 0
+
+
+class SigtermStop(TrainerCallback):
+    """On SIGTERM: finish the current step, save a checkpoint, stop training."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        signal.signal(signal.SIGTERM, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.requested = True  # no printing here: the main thread may be mid-write to stdout
+
+    def on_step_end(self, args: Any, state: TrainerState, control: Any, **kw: Any) -> None:
+        if self.requested:
+            print(f"[signal] SIGTERM: saving checkpoint-{state.global_step} and stopping")
+            control.should_save = True
+            control.should_training_stop = True
+
+
+# What a log line shows; every logged value is kept in each checkpoint's trainer_state.json.
+SHOWN = ("loss", "mean_token_accuracy", "entropy", "num_tokens", "grad_norm", "learning_rate")
+
+
+class PrintMetrics(TrainerCallback):
+    """Prints each log as one compact JSON line: ``[metrics]`` for steps, ``[eval]`` for evals."""
+
+    def on_log(
+        self, args: Any, state: TrainerState, control: Any, logs: Any = None, **kw: Any
+    ) -> None:
+        logs = logs or {}
+        if "train_runtime" in logs:  # the end-of-training summary, not a step
+            return
+        is_eval = any(k.startswith("eval_") for k in logs)
+        keys = [f"eval_{k}" for k in SHOWN] if is_eval else SHOWN
+        values = {k: round(logs[k], 6) for k in keys if isinstance(logs.get(k), int | float)}
+        line = json.dumps({"step": state.global_step, **values}, separators=(",", ":"))
+        print(f"{'[eval]' if is_eval else '[metrics]'} {line}", flush=True)
+
+
+def summarize(state: TrainerState) -> dict[str, Any]:
+    losses = [e["loss"] for e in state.log_history if "loss" in e]
+    return {
+        "steps": state.global_step,
+        "first_loss": losses[0] if losses else None,
+        "final_loss": losses[-1] if losses else None,
+    }
+
+
+def quiet_libraries() -> None:
+    """Progress bars and library deprecation notices would drown the training steps in the log."""
+    import warnings
+
+    import datasets
+    import transformers
+
+    datasets.disable_progress_bars()
+    transformers.utils.logging.disable_progress_bar()
+    warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
+    warnings.filterwarnings("ignore", category=FutureWarning, module="trl")
+
+
+def main() -> int:
+    stop = SigtermStop()  # first, so that a stop during the slow start-up is not lost
+    model = model_location()
+    train_path = input_path("FORGE_TRAIN_DATA", required=True)
+    val_path = input_path("FORGE_VALIDATION_DATA", required=False)
+    out_dir = Path(os.environ.get("FORGE_OUT_DIR") or fail("FORGE_OUT_DIR is not set"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    resume_from = input_path("FORGE_RESUME_FROM", required=False)
+    settings, source = load_settings(out_dir)
+
+    from trl import SFTConfig, SFTTrainer  # after the checks: importing TRL takes seconds
+
+    quiet_libraries()
+
+    unknown = sorted(set(settings) - {f.name for f in dataclasses.fields(SFTConfig)})
+    if unknown:
+        fail(f"unknown SFTConfig argument(s) in {source}: {unknown}")
+    if val_path is None:
+        settings["eval_strategy"] = "no"
+    try:
+        config = SFTConfig(**settings)
+    except (TypeError, ValueError) as exc:
+        fail(f"invalid SFTConfig: {exc}")
+    print(f"[config] {json.dumps(settings, separators=(',', ':'), sort_keys=True, default=str)}")
+
+    checkpoints = Path(config.output_dir)
+    resume = resume_from or latest_checkpoint(checkpoints)
+    # Resumed from a checkpoint that already has max_steps, Trainer would run one step more.
+    finished = resume is not None and 0 < config.max_steps <= steps_in(resume)
+    text_field = config.dataset_text_field
+    trainer = SFTTrainer(
+        model=str(resume) if finished else model,
+        args=config,
+        train_dataset=load_examples(train_path, text_field),
+        eval_dataset=load_examples(val_path, text_field) if val_path else None,
+        callbacks=[PrintMetrics(), stop],
+    )
+    trainer.remove_callback(PrinterCallback)  # it prints each log again as a Python dict
+    if stop.requested:
+        print("[stopped] before the first step; nothing to save")
+        return EXIT_SIGTERM
+    if finished:
+        print(f"[start] {resume} already has all {config.max_steps} steps; exporting it")
+        trainer.state = TrainerState.load_from_json(str(Path(resume, "trainer_state.json")))
+    else:
+        print(f"[start] model={model} resume_from={resume or '-'} max_steps={config.max_steps}")
+        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+
+    if stop.requested:
+        print(f"[stopped] at step {trainer.state.global_step}; checkpoint in {checkpoints}")
+        return EXIT_SIGTERM
+    trainer.save_model(str(out_dir / "final"))
+    summary = summarize(trainer.state)
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"[summary] {json.dumps(summary, separators=(',', ':'))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

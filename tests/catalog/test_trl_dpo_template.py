@@ -1,0 +1,167 @@
+"""The trl/dpo template runs a real (tiny) DPO job the way the platform runs it.
+
+The template is copied into a lab's experiments/demo, ``prepare.py`` builds the model and the
+preference pairs, and ``train.py`` runs as a subprocess with the job's environment (the composed
+config in FORGE_CONFIG), offline, on CPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+pytestmark = [
+    pytest.mark.training,
+    pytest.mark.timeout(300),
+    pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="needs the [train] extra"),
+]
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+TEMPLATE = SRC / "starforge" / "catalog" / "trl" / "dpo" / "template"
+OVERRIDES = {"learning_rate": 0.003, "max_steps": 12}  # config.yaml says 0.001 and 20
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A lab with the template as experiments/demo, after ``prepare.py``."""
+    root = tmp_path_factory.mktemp("lab")
+    (root / "starforge.yaml").write_text("project: demo\n")
+    exp = root / "experiments" / "demo"
+    shutil.copytree(TEMPLATE, exp, ignore=shutil.ignore_patterns("__pycache__"))
+    done = subprocess.run(
+        [sys.executable, "prepare.py"],
+        cwd=exp,
+        env=job_env(root, root / "none"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return root
+
+
+def job_env(root: Path, out: Path, config: dict[str, Any] | None = None) -> dict[str, str]:
+    """The runner's environment; ``config`` is written as the composed FORGE_CONFIG file."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORGE_")}
+    env.update(
+        FORGE_EXP_DIR=str(root / "experiments" / "demo"),
+        FORGE_OUT_DIR=str(out),
+        FORGE_RUN_ID="run-1",
+        FORGE_ATTEMPT="1",
+        FORGE_MODEL=str(root / "models" / "tiny-llama"),
+        FORGE_TRAIN_DATA=str(root / "data" / "dpo-train.jsonl"),
+        FORGE_VALIDATION_DATA=str(root / "data" / "dpo-val.jsonl"),
+        HF_HUB_OFFLINE="1",
+        HF_HOME=str(root / ".hf-home"),
+        OMP_NUM_THREADS="1",
+        PYTHONUNBUFFERED="1",
+    )
+    if config is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        path = out.parent / "forge-config.yaml"
+        path.write_text(yaml.safe_dump(config))
+        env["FORGE_CONFIG"] = str(path)
+    return env
+
+
+def composed(out: Path, **overrides: Any) -> dict[str, Any]:
+    """What the platform hands the job: config.yaml, the run's overrides, output_dir."""
+    config = yaml.safe_load((TEMPLATE / "config.yaml").read_text())
+    return {**config, **overrides, "output_dir": str(out / "checkpoints")}
+
+
+def train(env: dict[str, str]) -> tuple[int, str, str]:
+    Path(env["FORGE_OUT_DIR"]).mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        [sys.executable, "train.py"],
+        cwd=env["FORGE_EXP_DIR"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+def logged(output: str, tag: str) -> list[dict[str, Any]]:
+    return [json.loads(line[len(tag) :]) for line in output.splitlines() if line.startswith(tag)]
+
+
+def test_prepare_writes_preference_pairs(lab: Path) -> None:
+    assert (lab / "models" / "tiny-llama" / "model.safetensors").is_file()
+    rows = [
+        json.loads(line)
+        for name in ("dpo-train.jsonl", "dpo-val.jsonl")
+        for line in (lab / "data" / name).read_text().splitlines()
+    ]
+    assert len(rows) >= 100
+    for row in rows:
+        assert set(row) == {"prompt", "chosen", "rejected"}
+        assert row["chosen"] == "xxxx" and row["rejected"] != "xxxx"
+    assert len({row["prompt"] for row in rows}) == len(rows)
+
+
+def test_forge_config_reaches_the_trainer_and_the_preference_is_learned(
+    lab: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+
+    code, output, errors = train(job_env(lab, out, composed(out, **OVERRIDES)))
+
+    assert code == 0, output + errors
+    [config] = logged(output, "[config] ")
+    assert config["learning_rate"] == 0.003 and config["max_steps"] == 12
+    assert config["output_dir"] == str(out / "checkpoints")
+    steps = logged(output, "[metrics] ")
+    assert [m["step"] for m in steps] == list(range(1, 13))  # FORGE_CONFIG's 12, not 20
+    assert steps[0]["learning_rate"] == pytest.approx(0.003)
+    # Step 1: the policy is the reference, so the loss is log 2 and no pair is preferred yet.
+    assert steps[0]["loss"] == pytest.approx(0.6931, abs=1e-3)
+    assert steps[0]["rewards/accuracies"] == 0.0
+    evals = logged(output, "[eval] ")
+    assert [e["step"] for e in evals] == [10, 12]
+    summary = json.loads((out / "summary.json").read_text())
+    assert logged(output, "[summary] ") == [summary]
+    assert summary["steps"] == 12
+    assert summary["final_loss"] < 0.5 < summary["first_loss"]
+    assert summary["final_eval_accuracy"] == evals[-1]["eval_rewards/accuracies"] >= 0.9
+    assert evals[-1]["eval_rewards/margins"] > 0
+    assert (out / "checkpoints" / "checkpoint-12" / "trainer_state.json").is_file()
+    assert (out / "final" / "model.safetensors").is_file()
+
+
+def test_pairs_without_a_rejected_column_fail_with_one_line_and_exit_2(
+    lab: Path, tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"prompt": "say abc:", "chosen": "xxxx"}) + "\n")
+    out = tmp_path / "out"
+    env = job_env(lab, out, composed(out))
+    env["FORGE_TRAIN_DATA"] = str(bad)
+
+    code, output, errors = train(env)
+
+    assert code == 2, output + errors
+    lines = errors.strip().splitlines()
+    assert len(lines) == 1, errors
+    assert lines[0].startswith(f"train.py: error: {bad}: no 'rejected' column")
+
+
+def test_a_missing_forge_config_file_fails_with_exit_2(lab: Path, tmp_path: Path) -> None:
+    env = job_env(lab, tmp_path / "out")
+    env["FORGE_CONFIG"] = str(tmp_path / "nowhere.yaml")
+
+    code, output, errors = train(env)
+
+    assert code == 2, output + errors
+    assert errors.startswith(f"train.py: error: FORGE_CONFIG={tmp_path / 'nowhere.yaml'}: ")
+    assert len(errors.strip().splitlines()) == 1

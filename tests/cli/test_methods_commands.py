@@ -1,0 +1,79 @@
+"""`sf methods`, `sf ls`, `sf validate`: offline commands over the catalog and the lab."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from starforge.project.lab import Lab
+from tests.conftest import Result
+
+
+def test_methods_lists_every_builtin_method(sf: Callable[..., Result]) -> None:
+    got = sf("methods", "--json")
+    ids = [m["id"] for m in got.json()]  # type: ignore[union-attr]
+    assert {"trl/grpo", "custom/custom"} <= set(ids)
+
+
+def test_methods_describes_a_methods_parameters(sf: Callable[..., Result]) -> None:
+    got = sf("methods", "trl/grpo")
+    assert got.code == 0
+    assert "learning_rate" in got.out and "float (0, +inf)" in got.out
+
+
+def test_ls_shows_method_framework_and_lock_state(
+    sf: Callable[..., Result],
+    new_lab: Callable[..., Lab],
+) -> None:
+    lab = new_lab(experiments_={"g1": "trl/grpo", "c1": "custom/custom"})
+    lock = lab.root / "experiments/g1/method.lock.json"
+    data = json.loads(lock.read_text())
+    data["method"]["digest"] = "sha256:" + "0" * 64
+    lock.write_text(json.dumps(data))
+    (lab.root / "experiments/broken").mkdir()
+    rows = {r["experiment"]: r for r in sf("ls", "--json", cwd=lab.root).json()}  # type: ignore[union-attr]
+    assert rows["g1"]["lock"] == "drifted"
+    assert rows["c1"]["lock"] == "current"
+    assert rows["broken"]["lock"] == "malformed"
+
+
+def test_validate_reports_a_typo_with_a_suggestion(
+    sf: Callable[..., Result],
+    new_lab: Callable[..., Lab],
+) -> None:
+    lab = new_lab(experiments_={"g1": "trl/grpo"})
+    got = sf("validate", "g1", "-s", "learnin_rate=0.1", cwd=lab.root)
+    assert got.code == 2
+    assert "no parameter 'learnin_rate'" in got.err
+    assert "did you mean `learning_rate`?" in got.err
+
+
+def test_validate_accepts_a_good_experiment(
+    sf: Callable[..., Result],
+    new_lab: Callable[..., Lab],
+) -> None:
+    lab = new_lab(experiments_={"g1": "trl/grpo"})
+    got = sf("validate", "g1", "--json", cwd=lab.root)
+    assert got.code == 0
+    assert got.json()["lock"] == "current"  # type: ignore[index]
+
+
+def test_submit_refuses_a_bad_set_before_contacting_any_server(
+    sf: Callable[..., Result],
+    new_lab: Callable[..., Lab],
+) -> None:
+    lab = new_lab(experiments_={"g1": "trl/grpo"})
+    got = sf("submit", "g1", "--profile", "h200:1", "-s", "num_generations=1e3", cwd=lab.root)
+    assert got.code == 2
+    assert "'1e3' is not a whole number" in got.err
+
+
+def test_custom_needs_an_image_and_a_malformed_digest_is_refused(
+    sf: Callable[..., Result],
+    new_lab: Callable[..., Lab],
+) -> None:
+    lab = new_lab(experiments_={"c1": "custom/custom"})
+    missing = sf("submit", "c1", "--profile", "h200:1", cwd=lab.root)
+    assert missing.code == 2 and "needs --image" in missing.err
+    bad = sf("submit", "c1", "--profile", "h200:1", "--image", "reg.io/t@sha256:abc", cwd=lab.root)
+    assert bad.code == 2 and "full sha256" in bad.err
