@@ -5,7 +5,8 @@ and the disk) and returns what the run will be; it raises a :mod:`starforge.cont
 naming what was wrong and what to do. Order: catalog handshake (the submission's lock against the
 server's catalog), profiles, fit against the inventory, required inputs, the image, shared inputs
 on disk, package inputs in the manifest, blobs present, the entrypoint in the package, and the
-recorded parameters and framework checks again (the client's validation is not trusted). Capacity that is merely busy is not checked here: the run queues.
+recorded parameters and framework checks again (the client's validation is not trusted).
+Capacity that is merely busy is not checked here: the run queues.
 """
 
 from __future__ import annotations
