@@ -48,8 +48,13 @@ class Method(MethodDecl):
 
     def ref(self, framework_version: str | None = None) -> MethodRef:
         version, runtime = self.runtime_version(framework_version)
-        return MethodRef(id=self.id, version=self.version, digest=self.digest,
-                         framework_version=version, runtime_id=runtime.runtime_id)
+        return MethodRef(
+            id=self.id,
+            version=self.version,
+            digest=self.digest,
+            framework_version=version,
+            runtime_id=runtime.runtime_id,
+        )
 
 
 def declaration_digest(raw: dict[str, Any]) -> str:

@@ -46,8 +46,10 @@ def lock_state(ref: MethodRef | None) -> LockStatus:
         return LockStatus(LockState.MALFORMED, [f"the catalog has no method {ref.id!r}"])
     reasons = []
     if ref.framework_version and ref.framework_version not in method.runtime.versions:
-        reasons.append(f"framework version {ref.framework_version} was removed from {ref.id} "
-                       f"(available: {', '.join(method.runtime.versions)})")
+        reasons.append(
+            f"framework version {ref.framework_version} was removed from {ref.id} "
+            f"(available: {', '.join(method.runtime.versions)})"
+        )
     elif ref.framework_version:
         runtime = method.runtime.versions[ref.framework_version]
         if ref.runtime_id and runtime.runtime_id != ref.runtime_id:
@@ -59,23 +61,30 @@ def lock_state(ref: MethodRef | None) -> LockStatus:
         elif param.path != bound.path:
             reasons.append(f"bound parameter {name!r} moved from {bound.path} to {param.path}")
         elif str(param.type) != bound.type:
-            reasons.append(f"bound parameter {name!r} changed type from {bound.type} to "
-                           f"{param.type}")
+            reasons.append(
+                f"bound parameter {name!r} changed type from {bound.type} to {param.type}"
+            )
     if reasons:
         return LockStatus(LockState.INCOMPATIBLE, reasons, method)
     if ref.version == method.version and ref.digest == method.digest:
         return LockStatus(LockState.CURRENT, [], method)
-    return LockStatus(LockState.DRIFTED, [
-        f"locked to {ref.id} {ref.version} ({ref.digest[:19]}), the catalog has "
-        f"{method.version} ({method.digest[:19]}); nothing this experiment binds changed"
-    ], method)
+    return LockStatus(
+        LockState.DRIFTED,
+        [
+            f"locked to {ref.id} {ref.version} ({ref.digest[:19]}), the catalog has "
+            f"{method.version} ({method.digest[:19]}); nothing this experiment binds changed"
+        ],
+        method,
+    )
 
 
-def new_lock(method: Method, config: dict[str, object],
-             framework_version: str | None = None) -> MethodRef:
+def new_lock(
+    method: Method, config: dict[str, object], framework_version: str | None = None
+) -> MethodRef:
     """The lock for an experiment whose composed config is ``config``."""
     ref = method.ref(framework_version)
-    bindings = {name: ParamBinding(path=str(method.params[name].path),
-                                   type=str(method.params[name].type))
-                for name in bound_names(method.params, config)}  # type: ignore[arg-type]
+    bindings = {
+        name: ParamBinding(path=str(method.params[name].path), type=str(method.params[name].type))
+        for name in bound_names(method.params, config)
+    }  # type: ignore[arg-type]
     return ref.model_copy(update={"bindings": bindings})

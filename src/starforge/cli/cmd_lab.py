@@ -47,14 +47,24 @@ def init(
 
 def new(
     name: Annotated[str, typer.Argument(help="Experiment name (a folder under experiments/).")],
-    method: Annotated[str | None, typer.Option(
-        "--method", "-m", help="Method id, e.g. trl/grpo, verl/grpo, custom/custom "
-        "(`sf methods` lists them).")] = None,
-    framework_version: Annotated[str | None, typer.Option(
-        "--framework-version", help="Framework version to lock (default: the method's).")]
-    = None,
-    source: Annotated[str | None, typer.Option(
-        "--from", help="Fork an existing experiment (its files and method) instead.")] = None,
+    method: Annotated[
+        str | None,
+        typer.Option(
+            "--method",
+            "-m",
+            help="Method id, e.g. trl/grpo, verl/grpo, custom/custom (`sf methods` lists them).",
+        ),
+    ] = None,
+    framework_version: Annotated[
+        str | None,
+        typer.Option(
+            "--framework-version", help="Framework version to lock (default: the method's)."
+        ),
+    ] = None,
+    source: Annotated[
+        str | None,
+        typer.Option("--from", help="Fork an existing experiment (its files and method) instead."),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Create experiments/NAME from a method's template (or fork one) and lock the method.
@@ -68,16 +78,20 @@ def new(
     if source and method:
         raise UsageError("--from and --method exclude each other: a fork keeps its method")
     here = lab.find_lab()
-    exp = experiments.new_experiment(here, name, method or "trl/grpo",
-                                     framework_version=framework_version, source=source)
+    exp = experiments.new_experiment(
+        here, name, method or "trl/grpo", framework_version=framework_version, source=source
+    )
     assert exp.method is not None
     files = sorted(p.relative_to(here.root).as_posix() for p in exp.path.rglob("*") if p.is_file())
-    out.data({"experiment": exp.name, "method": exp.method.model_dump(mode="json"),
-              "files": files})
+    out.data({"experiment": exp.name, "method": exp.method.model_dump(mode="json"), "files": files})
     origin = f"a fork of {source}" if source else "its template"
-    out.success(f"created {exp.relpath} ({exp.method.id} {exp.method.version}, framework "
-                f"{exp.method.framework_version}) from {origin}")
+    out.success(
+        f"created {exp.relpath} ({exp.method.id} {exp.method.version}, framework "
+        f"{exp.method.framework_version}) from {origin}"
+    )
     for f in files:
         out.line(f"  {f}")
-    out.line(f"next: commit it (git add -A && git commit -m 'add {name}'), then "
-             f"[bold]sf submit {name} --profile h200:1 ...[/bold] (see its README.md)")
+    out.line(
+        f"next: commit it (git add -A && git commit -m 'add {name}'), then "
+        f"[bold]sf submit {name} --profile h200:1 ...[/bold] (see its README.md)"
+    )

@@ -10,8 +10,12 @@ from rich.markup import escape
 from starforge.cli.output import out
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print a JSON document for scripts.")]
-LOCK_STYLE = {"current": "", "drifted": "[yellow]drifted[/yellow]",
-              "incompatible": "[red]incompatible[/red]", "malformed": "[red]malformed[/red]"}
+LOCK_STYLE = {
+    "current": "",
+    "drifted": "[yellow]drifted[/yellow]",
+    "incompatible": "[red]incompatible[/red]",
+    "malformed": "[red]malformed[/red]",
+}
 
 
 def methods(
@@ -27,17 +31,30 @@ def methods(
     out.set_json(json_out)
     if method_id is None:
         found = list(all_methods().values())
-        out.data([{"id": m.id, "version": m.version, "framework_version": m.runtime.default,
-                   "summary": m.summary} for m in found])
-        out.table(["METHOD", "VERSION", "FRAMEWORK", "SUMMARY"],
-                  [[m.id, m.version, m.runtime.default, m.summary] for m in found])
+        out.data(
+            [
+                {
+                    "id": m.id,
+                    "version": m.version,
+                    "framework_version": m.runtime.default,
+                    "summary": m.summary,
+                }
+                for m in found
+            ]
+        )
+        out.table(
+            ["METHOD", "VERSION", "FRAMEWORK", "SUMMARY"],
+            [[m.id, m.version, m.runtime.default, m.summary] for m in found],
+        )
         return
     m = get_method(method_id)
     out.data(m.model_dump(mode="json"))
     out.line(f"[bold]{m.id}[/bold] {m.version}: {escape(m.summary)}")
-    out.line(f"  roles: {', '.join(m.roles)} · requires: {', '.join(m.requires) or '-'} · "
-             f"observability: {m.observability} · after training: "
-             f"{', '.join(m.lifecycle) or '-'}")
+    out.line(
+        f"  roles: {', '.join(m.roles)} · requires: {', '.join(m.requires) or '-'} · "
+        f"observability: {m.observability} · after training: "
+        f"{', '.join(m.lifecycle) or '-'}"
+    )
     for version, rt in m.runtime.versions.items():
         default = " (default)" if version == m.runtime.default else ""
         pins = ", ".join(rt.packages) or "user-managed"
@@ -45,10 +62,19 @@ def methods(
     if m.params:
         out.line("")
         rows = sorted(m.params.items(), key=lambda kv: (kv[1].group, kv[0]))
-        out.table(["GROUP", "PARAMETER", "TYPE", "DEFAULT", "DOC"],
-                  [[p.group, name, escape(p.describe()),
+        out.table(
+            ["GROUP", "PARAMETER", "TYPE", "DEFAULT", "DOC"],
+            [
+                [
+                    p.group,
+                    name,
+                    escape(p.describe()),
                     "required" if p.required else ("-" if p.default is None else str(p.default)),
-                    p.doc] for name, p in rows])
+                    p.doc,
+                ]
+                for name, p in rows
+            ],
+        )
 
 
 def ls(json_out: JsonOpt = False) -> None:
@@ -65,27 +91,41 @@ def ls(json_out: JsonOpt = False) -> None:
     for name in experiments.list_experiments(here):
         exp = experiments.load_experiment(here, name)
         status = lock_state(exp.method)
-        rows.append({
-            "experiment": name,
-            "method": exp.method.id if exp.method else "?",
-            "version": exp.method.version if exp.method else "",
-            "framework_version": exp.method.framework_version if exp.method else "",
-            "lock": status.state.value,
-            "reasons": [exp.lock_error] if exp.lock_error else status.reasons,
-        })
+        rows.append(
+            {
+                "experiment": name,
+                "method": exp.method.id if exp.method else "?",
+                "version": exp.method.version if exp.method else "",
+                "framework_version": exp.method.framework_version if exp.method else "",
+                "lock": status.state.value,
+                "reasons": [exp.lock_error] if exp.lock_error else status.reasons,
+            }
+        )
     out.data(rows)
     if not rows:
         out.line("no experiments yet: sf new NAME --method trl/grpo")
         return
-    out.table(["EXPERIMENT", "METHOD", "VERSION", "FRAMEWORK", "LOCK"],
-              [[r["experiment"], r["method"], r["version"], r["framework_version"],
-                LOCK_STYLE[r["lock"]] or "current"] for r in rows])
+    out.table(
+        ["EXPERIMENT", "METHOD", "VERSION", "FRAMEWORK", "LOCK"],
+        [
+            [
+                r["experiment"],
+                r["method"],
+                r["version"],
+                r["framework_version"],
+                LOCK_STYLE[r["lock"]] or "current",
+            ]
+            for r in rows
+        ],
+    )
 
 
 def validate(
     experiment: Annotated[str, typer.Argument(help="Experiment name.")],
-    set_: Annotated[list[str], typer.Option(
-        "--set", "-s", help="Parameter override to validate too: KEY=VALUE.")] = [],  # noqa: B006
+    set_: Annotated[
+        list[str],
+        typer.Option("--set", "-s", help="Parameter override to validate too: KEY=VALUE."),
+    ] = [],  # noqa: B006
     json_out: JsonOpt = False,
 ) -> None:
     """Validate an experiment: lock, composed config, parameters, framework checks.
@@ -99,10 +139,18 @@ def validate(
     here = lab.find_lab()
     exp = experiments.load_experiment(here, experiment)
     result = run_validation(here, exp, set_)
-    out.data({"experiment": experiment, "method": result.method.id,
-              "lock": result.lock.state.value, "hyperparams": result.hyperparams,
-              "warnings": result.warnings})
+    out.data(
+        {
+            "experiment": experiment,
+            "method": result.method.id,
+            "lock": result.lock.state.value,
+            "hyperparams": result.hyperparams,
+            "warnings": result.warnings,
+        }
+    )
     for warning in result.warnings:
         out.warn(warning)
-    out.success(f"{exp.relpath} is valid ({result.method.id}, lock {result.lock.state.value}, "
-                f"{len(result.hyperparams)} parameters resolved)")
+    out.success(
+        f"{exp.relpath} is valid ({result.method.id}, lock {result.lock.state.value}, "
+        f"{len(result.hyperparams)} parameters resolved)"
+    )

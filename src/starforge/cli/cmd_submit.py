@@ -19,42 +19,81 @@ Flag = typer.Option
 
 def submit(
     experiment: Annotated[str, typer.Argument(help="Experiment name (experiments/NAME).")],
-    profile: Annotated[list[str], Flag(
-        "--profile", "-p", help="Resources: NAME[:GPUS], e.g. h200:1, h200:16 (2 nodes of 8); "
-        "repeat with ROLE=NAME[:GPUS] for several pools.")] = [],  # noqa: B006
-    set_: Annotated[list[str], Flag(
-        "--set", "-s", help="Override a method parameter for this run: KEY=VALUE (repeatable; "
-        "typed and checked against the method).")] = [],  # noqa: B006
-    model: Annotated[str | None, Flag(
-        "--model", help="Base model: a hub id, or a folder (relative paths: in the lab).")]
-    = None,
-    train_data: Annotated[str | None, Flag(
-        "--train-data", help="Training data, JSONL or Parquet (relative paths: in the lab).")]
-    = None,
-    validation_data: Annotated[str | None, Flag(
-        "--validation-data", help="Validation data, JSONL or Parquet.")] = None,
-    image: Annotated[str | None, Flag(
-        "--image", help="Job image (an OCI reference; a digest must be complete). "
-        "Required by custom/custom.")] = None,
-    allow_dirty: Annotated[bool, Flag(
-        "--allow-dirty", help="Submit even with uncommitted changes (recorded in the run).")]
-    = False,
-    no_validate: Annotated[bool, Flag(
-        "--no-validate", help="Skip local validation of the config and the framework checks "
-        "(the server still refuses what it cannot run).")] = False,
-    upgrade_recipe: Annotated[bool, Flag(
-        "--upgrade-recipe", help="Rewrite the experiment's method lock to the current catalog "
-        "first (with --framework-version to switch versions).")] = False,
-    framework_version: Annotated[str | None, Flag(
-        "--framework-version", help="Framework version to run (with --upgrade-recipe when it "
-        "differs from the lock).")] = None,
-    dry_run: Annotated[bool, Flag(
-        "--dry-run", help="Print the resolved config, the spec and each node's launch plan; "
-        "submit nothing.")] = False,
-    follow: Annotated[bool, Flag("--follow", "-f", help="Follow the run's log until it ends.")]
-    = False,
-    json_out: Annotated[bool, Flag("--json", help="Print a JSON document for scripts.")]
-    = False,
+    profile: Annotated[
+        list[str],
+        Flag(
+            "--profile",
+            "-p",
+            help="Resources: NAME[:GPUS], e.g. h200:1, h200:16 (2 nodes of 8); "
+            "repeat with ROLE=NAME[:GPUS] for several pools.",
+        ),
+    ] = [],  # noqa: B006
+    set_: Annotated[
+        list[str],
+        Flag(
+            "--set",
+            "-s",
+            help="Override a method parameter for this run: KEY=VALUE (repeatable; "
+            "typed and checked against the method).",
+        ),
+    ] = [],  # noqa: B006
+    model: Annotated[
+        str | None,
+        Flag("--model", help="Base model: a hub id, or a folder (relative paths: in the lab)."),
+    ] = None,
+    train_data: Annotated[
+        str | None,
+        Flag("--train-data", help="Training data, JSONL or Parquet (relative paths: in the lab)."),
+    ] = None,
+    validation_data: Annotated[
+        str | None, Flag("--validation-data", help="Validation data, JSONL or Parquet.")
+    ] = None,
+    image: Annotated[
+        str | None,
+        Flag(
+            "--image",
+            help="Job image (an OCI reference; a digest must be complete). "
+            "Required by custom/custom.",
+        ),
+    ] = None,
+    allow_dirty: Annotated[
+        bool,
+        Flag("--allow-dirty", help="Submit even with uncommitted changes (recorded in the run)."),
+    ] = False,
+    no_validate: Annotated[
+        bool,
+        Flag(
+            "--no-validate",
+            help="Skip local validation of the config and the framework checks "
+            "(the server still refuses what it cannot run).",
+        ),
+    ] = False,
+    upgrade_recipe: Annotated[
+        bool,
+        Flag(
+            "--upgrade-recipe",
+            help="Rewrite the experiment's method lock to the current catalog "
+            "first (with --framework-version to switch versions).",
+        ),
+    ] = False,
+    framework_version: Annotated[
+        str | None,
+        Flag(
+            "--framework-version",
+            help="Framework version to run (with --upgrade-recipe when it differs from the lock).",
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        Flag(
+            "--dry-run",
+            help="Print the resolved config, the spec and each node's launch plan; submit nothing.",
+        ),
+    ] = False,
+    follow: Annotated[
+        bool, Flag("--follow", "-f", help="Follow the run's log until it ends.")
+    ] = False,
+    json_out: Annotated[bool, Flag("--json", help="Print a JSON document for scripts.")] = False,
 ) -> None:
     """Submit an experiment as a run.
 
@@ -75,10 +114,18 @@ def submit(
 
     out.set_json(json_out)
     opts = submit_flow.SubmitOptions(
-        experiment=experiment, profiles=profile, model=model, train_data=train_data,
-        validation_data=validation_data, sets=set_, image=image, allow_dirty=allow_dirty,
-        no_validate=no_validate, upgrade_recipe=upgrade_recipe,
-        framework_version=framework_version)
+        experiment=experiment,
+        profiles=profile,
+        model=model,
+        train_data=train_data,
+        validation_data=validation_data,
+        sets=set_,
+        image=image,
+        allow_dirty=allow_dirty,
+        no_validate=no_validate,
+        upgrade_recipe=upgrade_recipe,
+        framework_version=framework_version,
+    )
     prepared = submit_flow.prepare(opts)
     for warning in prepared.warnings:
         out.warn(warning)
@@ -101,17 +148,25 @@ def _print_dry_run(prepared: Prepared, user: str) -> None:
     out.line(escape(yaml.safe_dump(plan["config"], sort_keys=True).rstrip() or "{}"))
     out.line("\n[bold]parameters[/bold] " + escape(str(prepared.spec.hyperparams)))
     out.line("\n[bold]pools[/bold]")
-    out.table(["POOL", "ROLES", "SERIES", "NODES", "GPUS/NODE"],
-              [[p["name"], ",".join(p["roles"]), p["series"], str(p["nodes"]),
-                str(p["gpus_per_node"])] for p in plan["pools"]])
+    out.table(
+        ["POOL", "ROLES", "SERIES", "NODES", "GPUS/NODE"],
+        [
+            [p["name"], ",".join(p["roles"]), p["series"], str(p["nodes"]), str(p["gpus_per_node"])]
+            for p in plan["pools"]
+        ],
+    )
     for node in plan["plans"]:
-        out.line(f"\n[bold]node {node['node_rank']}[/bold] (pool {node['pool']}) in "
-                 f"{escape(node['cwd'])}")
+        out.line(
+            f"\n[bold]node {node['node_rank']}[/bold] (pool {node['pool']}) in "
+            f"{escape(node['cwd'])}"
+        )
         out.line("  " + escape(" ".join(node["argv"])))
         for path in node["files"]:
             out.line(f"  writes {escape(path)}")
-    out.line(f"\nnothing submitted (--dry-run); the package has {plan['files']} file(s), "
-             f"{human_bytes(plan['bytes'])}")
+    out.line(
+        f"\nnothing submitted (--dry-run); the package has {plan['files']} file(s), "
+        f"{human_bytes(plan['bytes'])}"
+    )
 
 
 def _submit(client: Client, prepared: Prepared, *, follow: bool, json_out: bool) -> None:
@@ -133,9 +188,16 @@ def _submit(client: Client, prepared: Prepared, *, follow: bool, json_out: bool)
                 TransferSpeedColumn,
             )
 
-            bar = stack.enter_context(Progress(
-                TextColumn("uploading {task.fields[files]} file(s)"), BarColumn(),
-                DownloadColumn(), TransferSpeedColumn(), transient=True, console=out.stderr))
+            bar = stack.enter_context(
+                Progress(
+                    TextColumn("uploading {task.fields[files]} file(s)"),
+                    BarColumn(),
+                    DownloadColumn(),
+                    TransferSpeedColumn(),
+                    transient=True,
+                    console=out.stderr,
+                )
+            )
             progress = (bar, bar.add_task("upload", total=size, files=files))
 
         def advanced(n: int) -> None:
@@ -145,27 +207,39 @@ def _submit(client: Client, prepared: Prepared, *, follow: bool, json_out: bool)
         result = submit_flow.upload_and_submit(client, prepared, started, advanced)
     resp = result.response
     report: dict[str, Any] = {
-        "run_id": resp.run_id, "status": resp.status, "created": resp.created,
-        "message": resp.message, "queue_position": resp.queue_position,
+        "run_id": resp.run_id,
+        "status": resp.status,
+        "created": resp.created,
+        "message": resp.message,
+        "queue_position": resp.queue_position,
         "hyperparams": prepared.spec.hyperparams,
-        "files_uploaded": result.files_uploaded, "bytes_uploaded": result.bytes_uploaded,
-        "files_skipped": result.files_skipped, "bytes_skipped": result.bytes_skipped,
+        "files_uploaded": result.files_uploaded,
+        "bytes_uploaded": result.bytes_uploaded,
+        "files_skipped": result.files_skipped,
+        "bytes_skipped": result.bytes_skipped,
         "warnings": result.warnings,
     }
     for warning in resp.warnings:
         out.warn(warning)
-    out.success(f"submitted [bold]{resp.run_id}[/bold]: {status_text(resp.status)}"
-                + (f" ({escape(resp.message)})" if resp.message else ""))
-    out.line(f"  uploaded {result.files_uploaded} file(s), {human_bytes(result.bytes_uploaded)};"
-             f" already on the server: {result.files_skipped} file(s), "
-             f"{human_bytes(result.bytes_skipped)}")
+    out.success(
+        f"submitted [bold]{resp.run_id}[/bold]: {status_text(resp.status)}"
+        + (f" ({escape(resp.message)})" if resp.message else "")
+    )
+    out.line(
+        f"  uploaded {result.files_uploaded} file(s), {human_bytes(result.bytes_uploaded)};"
+        f" already on the server: {result.files_skipped} file(s), "
+        f"{human_bytes(result.bytes_skipped)}"
+    )
     if not follow:
         out.line(f"  follow it: [bold]sf job logs {resp.run_id}[/bold]")
         out.data(report)
         return
     view = client.get_run(resp.run_id)
-    final = (log_view.wait_for_end(client, view) if json_out
-             else log_view.tail_and_follow(client, view, lines=0, follow=True))
+    final = (
+        log_view.wait_for_end(client, view)
+        if json_out
+        else log_view.tail_and_follow(client, view, lines=0, follow=True)
+    )
     report["status"] = final
     out.data(report)
     out.info(f"run {resp.run_id} {status_text(final)}")

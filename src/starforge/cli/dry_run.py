@@ -23,13 +23,26 @@ def bindings(prepared: Prepared, user: str) -> list[Binding]:
     found, rank = [], 0
     for pool in prepared.pools:
         for _ in range(pool.nodes):
-            found.append(Binding(
-                run_id=RUN_ID, attempt=1, user=user, storage_root=STORAGE, run_dir=run_dir,
-                work_dir=f"{run_dir}/work", out_dir=f"{run_dir}/out",
-                log_path=f"{run_dir}/logs/attempt-1.log", node_rank=rank, nnodes=nnodes,
-                gpus_per_node=pool.gpus_per_node,
-                visible_devices=list(range(pool.gpus_per_node)), pools=prepared.pools,
-                pool=pool.name, endpoint="<server>", run_token="<run-token>"))
+            found.append(
+                Binding(
+                    run_id=RUN_ID,
+                    attempt=1,
+                    user=user,
+                    storage_root=STORAGE,
+                    run_dir=run_dir,
+                    work_dir=f"{run_dir}/work",
+                    out_dir=f"{run_dir}/out",
+                    log_path=f"{run_dir}/logs/attempt-1.log",
+                    node_rank=rank,
+                    nnodes=nnodes,
+                    gpus_per_node=pool.gpus_per_node,
+                    visible_devices=list(range(pool.gpus_per_node)),
+                    pools=prepared.pools,
+                    pool=pool.name,
+                    endpoint="<server>",
+                    run_token="<run-token>",
+                )
+            )
             rank += 1
     return found
 
@@ -38,12 +51,26 @@ def describe(prepared: Prepared, user: str) -> dict[str, Any]:
     plans = []
     for b in bindings(prepared, user):
         env = job_env(prepared.spec, b)
-        plan = compile_plan(CompileContext(spec=prepared.spec, method=prepared.method,
-                                           binding=b, env=env,
-                                           config=prepared.validated.run_config))
+        plan = compile_plan(
+            CompileContext(
+                spec=prepared.spec,
+                method=prepared.method,
+                binding=b,
+                env=env,
+                config=prepared.validated.run_config,
+            )
+        )
         added = {k: v for k, v in plan.env.items() if env.get(k) != v}
-        plans.append({"node_rank": b.node_rank, "pool": b.pool, "argv": plan.argv,
-                      "cwd": plan.cwd, "env": {**env, **added}, "files": plan.files})
+        plans.append(
+            {
+                "node_rank": b.node_rank,
+                "pool": b.pool,
+                "argv": plan.argv,
+                "cwd": plan.cwd,
+                "env": {**env, **added},
+                "files": plan.files,
+            }
+        )
     return {
         "spec": prepared.spec.model_dump(mode="json"),
         "config": prepared.validated.run_config,

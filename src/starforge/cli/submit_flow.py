@@ -107,21 +107,27 @@ def _inputs(root: Path, opts: SubmitOptions, method: Method) -> tuple[Inputs, li
 def _upgrade(lab: Lab, name: str, framework_version: str | None) -> str:
     exp = experiments.load_experiment(lab, name)
     if exp.method is None:
-        raise LockError(f"cannot upgrade {name!r}: {exp.lock_error}",
-                        hint="recreate the experiment with `sf new`")
+        raise LockError(
+            f"cannot upgrade {name!r}: {exp.lock_error}",
+            hint="recreate the experiment with `sf new`",
+        )
     method = get_method(exp.method.id)
     ref = experiments.lock_experiment(lab, name, method, framework_version)
-    return (f"upgraded {exp.relpath}/{experiments.LOCK_FILE} to {ref.id} {ref.version} "
-            f"(framework {ref.framework_version}); commit it")
+    return (
+        f"upgraded {exp.relpath}/{experiments.LOCK_FILE} to {ref.id} {ref.version} "
+        f"(framework {ref.framework_version}); commit it"
+    )
 
 
 def _image(opts: SubmitOptions, method: Method) -> str:
     if opts.image:
         return check_image(opts.image)
     if "image" in method.requires:
-        raise MissingInput(f"method {method.id} needs --image: it runs your own code in your "
-                           "own image", hint="e.g. --image myregistry.io/train:v1",
-                           details={"missing": ["--image"]})
+        raise MissingInput(
+            f"method {method.id} needs --image: it runs your own code in your own image",
+            hint="e.g. --image myregistry.io/train:v1",
+            details={"missing": ["--image"]},
+        )
     return ""
 
 
@@ -129,34 +135,54 @@ def prepare(opts: SubmitOptions) -> Prepared:
     """Everything local: lock, validation, inputs, provenance, pack. Raises before upload."""
     lab = find_lab(opts.cwd)
     experiments.load_experiment(lab, opts.experiment)  # a clear error for an unknown name
-    warnings = [_upgrade(lab, opts.experiment, opts.framework_version)] \
-        if opts.upgrade_recipe else []
+    warnings = (
+        [_upgrade(lab, opts.experiment, opts.framework_version)] if opts.upgrade_recipe else []
+    )
     exp = experiments.load_experiment(lab, opts.experiment)
     profile_grammar.parse_profile_args(opts.profiles)
-    validated = validate(lab, exp, opts.sets, framework_version=opts.framework_version,
-                         strict=not opts.no_validate)
+    validated = validate(
+        lab, exp, opts.sets, framework_version=opts.framework_version, strict=not opts.no_validate
+    )
     warnings += validated.warnings
     method = validated.method
     image = _image(opts, method)
     inputs, input_files = _inputs(lab.root, opts, method)
     state = git.read_state(lab.root, [exp.relpath, *packer.SHARED_DIRS])
     git.require_clean(state, allow_dirty=opts.allow_dirty)
-    warnings += [f"untracked file will travel with the run but is not in commit "
-                 f"{state.commit[:12]}: {p}" for p in state.untracked]
+    warnings += [
+        f"untracked file will travel with the run but is not in commit {state.commit[:12]}: {p}"
+        for p in state.untracked
+    ]
     if state.dirty:
-        warnings.append(f"submitting uncommitted changes (--allow-dirty): "
-                        f"{', '.join(state.changed)}")
+        warnings.append(
+            f"submitting uncommitted changes (--allow-dirty): {', '.join(state.changed)}"
+        )
     manifest = packer.build_manifest(lab.root, [*state.tracked, *state.untracked, *input_files])
     _check_entrypoint(exp.relpath, method, manifest)
     assert exp.method is not None
     spec = JobSpec(
-        project=lab.name, experiment=exp.name, method=exp.method, profiles=opts.profiles,
-        inputs=inputs, hyperparams=validated.hyperparams, image=image,
-        provenance=Provenance(git_commit=state.commit, git_dirty=state.dirty,
-                              untracked=state.untracked, client_version=__version__),
+        project=lab.name,
+        experiment=exp.name,
+        method=exp.method,
+        profiles=opts.profiles,
+        inputs=inputs,
+        hyperparams=validated.hyperparams,
+        image=image,
+        provenance=Provenance(
+            git_commit=state.commit,
+            git_dirty=state.dirty,
+            untracked=state.untracked,
+            client_version=__version__,
+        ),
     )
-    return Prepared(spec=spec, manifest=manifest, root=lab.root, validated=validated,
-                    strict=not opts.no_validate, warnings=warnings)
+    return Prepared(
+        spec=spec,
+        manifest=manifest,
+        root=lab.root,
+        validated=validated,
+        strict=not opts.no_validate,
+        warnings=warnings,
+    )
 
 
 def _check_entrypoint(exp_rel: str, method: Method, manifest: Manifest) -> None:
@@ -164,8 +190,10 @@ def _check_entrypoint(exp_rel: str, method: Method, manifest: Manifest) -> None:
         return  # module/file entrypoints ship with the framework's image
     entry = f"{exp_rel}/{method.entrypoint.file}"
     if entry not in {f.path for f in manifest.files}:
-        raise StarForgeError(f"{entry} is missing: {method.id} runs it",
-                             hint="restore it, or recreate the experiment with `sf new`")
+        raise StarForgeError(
+            f"{entry} is missing: {method.id} runs it",
+            hint="restore it, or recreate the experiment with `sf new`",
+        )
 
 
 def check_profiles(client: Client, prepared: Prepared) -> list[Pool]:

@@ -36,15 +36,17 @@ def parse_yaml(text: str, name: str) -> dict[str, Any]:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"{name}:{mark.line + 1}" if mark else name
-        raise ConfigError(f"{where}: invalid YAML: {exc.problem}",
-                          hint="fix the file's syntax") from None
+        raise ConfigError(
+            f"{where}: invalid YAML: {exc.problem}", hint="fix the file's syntax"
+        ) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{name}: invalid YAML: {exc}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{name}: the top level must be a mapping of keys, "
-                          f"not a {type(data).__name__}")
+        raise ConfigError(
+            f"{name}: the top level must be a mapping of keys, not a {type(data).__name__}"
+        )
     return data
 
 
@@ -76,13 +78,15 @@ def compose(path: str, read: Callable[[str], str | None]) -> dict[str, Any]:
 
 def _compose(path: str, read: Callable[[str], str | None], stack: list[str]) -> dict[str, Any]:
     if path in stack:
-        chain = " -> ".join([*stack[stack.index(path):], path])
+        chain = " -> ".join([*stack[stack.index(path) :], path])
         raise ConfigError(f"defaults cycle: {chain}", hint="remove one of the references")
     text = read(path)
     if text is None:
         named_by = f" (named in defaults of {stack[-1]})" if stack else ""
-        raise ConfigError(f"config file {path} does not exist{named_by}",
-                          hint="check the path; defaults are relative to the file naming them")
+        raise ConfigError(
+            f"config file {path} does not exist{named_by}",
+            hint="check the path; defaults are relative to the file naming them",
+        )
     data = parse_yaml(text, path)
     defaults = data.pop(DEFAULTS, [])
     if isinstance(defaults, str):

@@ -88,8 +88,11 @@ def split_set(raw: str) -> tuple[str, str]:
 
 def _fail(where: str, name: str, param: Param, why: str) -> ParamError:
     doc = f" ({param.doc})" if param.doc else ""
-    return ParamError(f"{where}: {why}", hint=f"{name} is {param.describe()}{doc}",
-                      details={"param": name, "where": where})
+    return ParamError(
+        f"{where}: {why}",
+        hint=f"{name} is {param.describe()}{doc}",
+        details={"param": name, "where": where},
+    )
 
 
 def coerce(name: str, param: Param, text: str, where: str) -> Any:
@@ -130,8 +133,7 @@ def check_value(name: str, param: Param, value: Any, where: str) -> Any:
         ParamType.ENUM: True,
     }[kind]
     if not ok_type:
-        raise _fail(where, name, param, f"{value!r} is a {type(value).__name__}, "
-                                        f"expected {kind}")
+        raise _fail(where, name, param, f"{value!r} is a {type(value).__name__}, expected {kind}")
     if kind is ParamType.FLOAT:
         value = float(value)
     if param.choices is not None and value not in param.choices:
@@ -154,8 +156,10 @@ def suggest(key: str, names: list[str]) -> str:
     close = difflib.get_close_matches(key, names, n=3, cutoff=0.6)
     if not close:  # e.g. `kl_coef` for `grpo.kl_coef`: match on the last path segment too
         tails = {n.rsplit(".", 1)[-1]: n for n in names}
-        close = [tails[t] for t in difflib.get_close_matches(key.rsplit(".", 1)[-1], list(tails),
-                                                              n=3, cutoff=0.6)]
+        close = [
+            tails[t]
+            for t in difflib.get_close_matches(key.rsplit(".", 1)[-1], list(tails), n=3, cutoff=0.6)
+        ]
     if close:
         return "did you mean " + ", ".join(f"`{c}`" for c in close) + "?"
     return "`sf methods METHOD` lists the parameters"
@@ -168,15 +172,24 @@ def parse_sets(params: dict[str, Param], sets: list[str]) -> dict[str, Any]:
         key, text = split_set(raw)
         param = params.get(key)
         if param is None:
-            raise ParamError(f"-s {key}: the method has no parameter {key!r}",
-                             hint=suggest(key, sorted(params)), details={"param": key})
+            raise ParamError(
+                f"-s {key}: the method has no parameter {key!r}",
+                hint=suggest(key, sorted(params)),
+                details={"param": key},
+            )
         where = f"-s {key}={text}"
         values[key] = check_value(key, param, coerce(key, param, text, where), where)
     return values
 
 
-def resolve(params: dict[str, Param], config: dict[str, Any], sets: list[str],
-            config_name: str = "config.yaml", *, strict: bool = True) -> dict[str, Any]:
+def resolve(
+    params: dict[str, Param],
+    config: dict[str, Any],
+    sets: list[str],
+    config_name: str = "config.yaml",
+    *,
+    strict: bool = True,
+) -> dict[str, Any]:
     """The value of every declared parameter: ``-s``, else the config, else the default.
 
     ``strict=False`` (``--no-validate``) takes config values as they are, unchecked."""
@@ -199,15 +212,18 @@ def resolve(params: dict[str, Param], config: dict[str, Any], sets: list[str],
         elif param.default is not None:
             resolved[name] = param.default
         elif param.required:
-            raise ParamError(f"parameter {name!r} is required and has no value",
-                             hint=f"set it with -s {name}=... or in {config_name}"
-                             + (f" at {param.path}" if param.path else ""),
-                             details={"param": name})
+            raise ParamError(
+                f"parameter {name!r} is required and has no value",
+                hint=f"set it with -s {name}=... or in {config_name}"
+                + (f" at {param.path}" if param.path else ""),
+                details={"param": name},
+            )
     return resolved
 
 
-def apply(params: dict[str, Param], config: dict[str, Any], values: dict[str, Any]
-          ) -> dict[str, Any]:
+def apply(
+    params: dict[str, Param], config: dict[str, Any], values: dict[str, Any]
+) -> dict[str, Any]:
     """A copy of ``config`` with each parameter that has a path set to its value."""
     out = _deepcopy(config)
     for name, value in values.items():
@@ -219,8 +235,9 @@ def apply(params: dict[str, Param], config: dict[str, Any], values: dict[str, An
 
 def bound_names(params: dict[str, Param], config: dict[str, Any]) -> list[str]:
     """The parameters whose path the experiment's config sets (what its lock records)."""
-    return sorted(n for n, p in params.items()
-                  if p.path and get_path(config, p.path) is not MISSING)
+    return sorted(
+        n for n, p in params.items() if p.path and get_path(config, p.path) is not MISSING
+    )
 
 
 def _deepcopy(value: Any) -> Any:

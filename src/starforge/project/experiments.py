@@ -49,8 +49,9 @@ class Experiment:
 def list_experiments(lab: Lab) -> list[str]:
     if not lab.experiments_dir.is_dir():
         return []
-    return sorted(p.name for p in lab.experiments_dir.iterdir()
-                  if p.is_dir() and not p.name.startswith("."))
+    return sorted(
+        p.name for p in lab.experiments_dir.iterdir() if p.is_dir() and not p.name.startswith(".")
+    )
 
 
 def read_lock(folder: Path) -> tuple[MethodRef | None, str]:
@@ -69,7 +70,8 @@ def load_experiment(lab: Lab, name: str) -> Experiment:
         known = list_experiments(lab)
         raise ExperimentNotFound(
             f"no experiment {name!r} in {lab.experiments_dir}",
-            hint=f"experiments here: {', '.join(known)}" if known
+            hint=f"experiments here: {', '.join(known)}"
+            if known
             else "create one with `sf new NAME --method trl/grpo`",
         )
     ref, error = read_lock(folder)
@@ -98,8 +100,9 @@ def composed_config(lab: Lab, name: str, method: Method) -> dict[str, Any]:
     return compose(rel, lab_reader(lab.root))
 
 
-def lock_experiment(lab: Lab, name: str, method: Method,
-                    framework_version: str | None = None) -> MethodRef:
+def lock_experiment(
+    lab: Lab, name: str, method: Method, framework_version: str | None = None
+) -> MethodRef:
     """(Re)write the experiment's lock against ``method`` as the catalog has it now."""
     ref = new_lock(method, composed_config(lab, name, method), framework_version)
     write_lock(lab.experiments_dir / name, ref)
@@ -120,15 +123,21 @@ def _copy_lab_files(method: Method, lab: Lab) -> list[str]:
     return added
 
 
-def new_experiment(lab: Lab, name: str, method_id: str | None = None, *,
-                   framework_version: str | None = None, source: str | None = None
-                   ) -> Experiment:
+def new_experiment(
+    lab: Lab,
+    name: str,
+    method_id: str | None = None,
+    *,
+    framework_version: str | None = None,
+    source: str | None = None,
+) -> Experiment:
     """Create ``experiments/NAME`` from a method's template, or fork ``source``."""
     check_name("experiment", name)
     target = lab.experiments_dir / name
     if target.exists():
-        raise ExperimentExists(f"experiment {name!r} already exists at {target}",
-                               hint="pick another name")
+        raise ExperimentExists(
+            f"experiment {name!r} already exists at {target}", hint="pick another name"
+        )
     if source is not None:
         origin = load_experiment(lab, source)
         if origin.method is None:
@@ -144,8 +153,12 @@ def new_experiment(lab: Lab, name: str, method_id: str | None = None, *,
     # Stage beside the target and rename, so a crash never leaves half an experiment.
     staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=lab.experiments_dir))
     try:
-        shutil.copytree(template, staging, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", *ignore))
+        shutil.copytree(
+            template,
+            staging,
+            dirs_exist_ok=True,
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", *ignore),
+        )
         os.rename(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -65,9 +65,15 @@ def check_reserved(method: Method, config: dict[str, Any], exp: Experiment) -> N
         )
 
 
-def validate(lab: Lab, exp: Experiment, sets: list[str] | None = None, *,
-             pools: list[Pool] | None = None, framework_version: str | None = None,
-             strict: bool = True) -> Validated:
+def validate(
+    lab: Lab,
+    exp: Experiment,
+    sets: list[str] | None = None,
+    *,
+    pools: list[Pool] | None = None,
+    framework_version: str | None = None,
+    strict: bool = True,
+) -> Validated:
     """Validate ``exp`` with the submission's ``-s`` values; ``strict=False`` is --no-validate."""
     status = check_lock(exp, strict=strict)
     assert exp.method is not None and status.method is not None
@@ -84,9 +90,13 @@ def validate(lab: Lab, exp: Experiment, sets: list[str] | None = None, *,
     config = composed_config(lab, exp.name, method)
     if strict:
         check_reserved(method, config, exp)
-    hyperparams = params.resolve(method.params, config, sets or [],
-                                 config_name=f"{exp.relpath}/{method.config.file}",
-                                 strict=strict)
+    hyperparams = params.resolve(
+        method.params,
+        config,
+        sets or [],
+        config_name=f"{exp.relpath}/{method.config.file}",
+        strict=strict,
+    )
     result = Validated(exp, method, status, config, hyperparams, warnings)
     if strict:
         run_checks(CheckContext(method, result.run_config, pools))

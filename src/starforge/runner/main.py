@@ -87,8 +87,11 @@ class Runner:
 
         Path(b.out_dir).mkdir(parents=True, exist_ok=True)
         env = {**self._base_env(), **job_env(spec, b)}
-        plan = compile_plan(CompileContext(spec=spec, method=method, binding=b, env=env,
-                                           config=run_config(spec, method, read)))
+        plan = compile_plan(
+            CompileContext(
+                spec=spec, method=method, binding=b, env=env, config=run_config(spec, method, read)
+            )
+        )
         for path, content in plan.files.items():
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             Path(path).write_text(content)

@@ -21,14 +21,20 @@ Adapter = Callable[[CompileContext], LaunchPlan]
 def _registry() -> dict[str, Adapter]:
     from starforge.catalog.adapters import custom, nemo_rl, trl, verl
 
-    return {"trl": trl.compile, "verl": verl.compile, "nemo-rl": nemo_rl.compile,
-            "custom": custom.compile}
+    return {
+        "trl": trl.compile,
+        "verl": verl.compile,
+        "nemo-rl": nemo_rl.compile,
+        "custom": custom.compile,
+    }
 
 
 def compile_plan(ctx: CompileContext) -> LaunchPlan:
     adapters = _registry()
     adapter = adapters.get(ctx.method.framework)
     if adapter is None:
-        raise RunnerError(f"no adapter for framework {ctx.method.framework!r}",
-                          hint=f"known frameworks: {', '.join(adapters)}")
+        raise RunnerError(
+            f"no adapter for framework {ctx.method.framework!r}",
+            hint=f"known frameworks: {', '.join(adapters)}",
+        )
     return adapter(ctx)

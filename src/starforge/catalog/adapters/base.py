@@ -46,9 +46,7 @@ class LaunchPlan:
         return {"argv": self.argv, "cwd": self.cwd, "files": sorted(self.files)}
 
 
-def run_config(
-    spec: JobSpec, method: Method, read: Callable[[str], str | None]
-) -> dict[str, Any]:
+def run_config(spec: JobSpec, method: Method, read: Callable[[str], str | None]) -> dict[str, Any]:
     """The experiment's config composed from its files, with the run's parameters applied.
 
     ``read(lab_relative_path) -> str | None`` reads the package (laptop, server or job)."""

@@ -18,5 +18,6 @@ def compile(ctx: CompileContext) -> LaunchPlan:
     content = yaml.safe_dump(platform_config(ctx), sort_keys=True)
     entry = f"{ctx.exp_dir}/{ctx.method.entrypoint.file}"
     env = {**ctx.env, "FORGE_CONFIG": config_path}
-    return LaunchPlan(argv=[sys.executable, entry], cwd=ctx.exp_dir, env=env,
-                      files={config_path: content})
+    return LaunchPlan(
+        argv=[sys.executable, entry], cwd=ctx.exp_dir, env=env, files={config_path: content}
+    )

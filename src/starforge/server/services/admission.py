@@ -65,20 +65,28 @@ def check_catalog(spec: JobSpec) -> tuple[Method, list[str]]:
         + "; ".join(status.reasons),
         hint=f"run `sf submit {spec.experiment} --upgrade-recipe ...` and commit the new "
         "method.lock.json (or update the client if the server is newer)",
-        details={"method": server.id, "client_version": spec.method.version,
-                 "client_digest": spec.method.digest, "server_version": server.version,
-                 "server_digest": server.digest, "reasons": status.reasons},
+        details={
+            "method": server.id,
+            "client_version": spec.method.version,
+            "client_digest": spec.method.digest,
+            "server_version": server.version,
+            "server_digest": server.digest,
+            "reasons": status.reasons,
+        },
     )
 
 
-def check_params(spec: JobSpec, method: Method, manifest: Manifest, storage: Storage,
-                 pools: list[Pool]) -> None:
+def check_params(
+    spec: JobSpec, method: Method, manifest: Manifest, storage: Storage, pools: list[Pool]
+) -> None:
     """Re-validate the recorded parameters and the framework's static checks."""
     for name, value in spec.hyperparams.items():
         param = method.params.get(name)
         if param is None:
-            raise ParamError(f"parameter {name!r} is not declared by {method.id}",
-                             hint=params.suggest(name, sorted(method.params)))
+            raise ParamError(
+                f"parameter {name!r} is not declared by {method.id}",
+                hint=params.suggest(name, sorted(method.params)),
+            )
         params.check_value(name, param, value, f"hyperparams.{name}")
     missing = [n for n, p in method.params.items() if p.required and n not in spec.hyperparams]
     if missing:
@@ -96,8 +104,11 @@ def check_image(spec: JobSpec, method: Method) -> None:
     if spec.image:
         images.check_image(spec.image)
     elif "image" in method.requires:
-        raise MissingInput(f"method {method.id} needs --image", hint="e.g. --image reg.io/t:v1",
-                           details={"missing": ["--image"]})
+        raise MissingInput(
+            f"method {method.id} needs --image",
+            hint="e.g. --image reg.io/t:v1",
+            details={"missing": ["--image"]},
+        )
 
 
 def check_fit(pools: list[Pool], inventory: list[NodeDef]) -> None:
@@ -111,8 +122,11 @@ def check_fit(pools: list[Pool], inventory: list[NodeDef]) -> None:
 
 
 def check_inputs(spec: JobSpec, method: Method, manifest: Manifest) -> None:
-    missing = [name for name in method.requires
-               if name in INPUT_FLAGS and getattr(spec.inputs, name, None) is None]
+    missing = [
+        name
+        for name in method.requires
+        if name in INPUT_FLAGS and getattr(spec.inputs, name, None) is None
+    ]
     if missing:
         flags = [INPUT_FLAGS.get(name, f"--{name.replace('_', '-')}") for name in missing]
         raise MissingInput(
@@ -180,6 +194,8 @@ def admit(
     if spec.provenance.git_dirty:
         warnings.append("submitted from a tree with uncommitted changes")
     if spec.provenance.untracked:
-        warnings.append(f"{len(spec.provenance.untracked)} untracked file(s) travelled with the "
-                        "run but are not in its commit")
+        warnings.append(
+            f"{len(spec.provenance.untracked)} untracked file(s) travelled with the "
+            "run but are not in its commit"
+        )
     return Admitted(method=method, pools=pools, warnings=warnings)
