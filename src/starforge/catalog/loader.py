@@ -13,10 +13,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from starforge.catalog.schema import Entrypoint, EntrypointKind, MethodDecl, RuntimeVersion
+from starforge.contract.config import load_yaml
 from starforge.contract.errors import MethodNotFound, StarForgeError, UsageError
 from starforge.contract.jobspec import MethodRef
 
@@ -63,7 +63,7 @@ def declaration_digest(raw: dict[str, Any]) -> str:
 
 
 def load_file(path: Path) -> Method:
-    raw = yaml.safe_load(path.read_text())
+    raw = load_yaml(path.read_text())
     try:
         method = Method.model_validate(raw)
     except ValidationError as exc:

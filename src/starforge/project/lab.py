@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from starforge import __version__
+from starforge.contract.config import load_yaml
 from starforge.contract.errors import GitError, LabExists, NotInLab, ProjectError
 from starforge.contract.names import check_name
 
@@ -67,7 +68,7 @@ def find_lab(start: Path | None = None) -> Lab:
 
 def _read_name(marker: Path) -> str:
     try:
-        data = yaml.safe_load(marker.read_text()) or {}
+        data = load_yaml(marker.read_text()) or {}
     except yaml.YAMLError as exc:
         raise ProjectError(f"{marker} is not valid YAML: {exc}") from exc
     name = data.get("name") if isinstance(data, dict) else None
