@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from starforge.cli.submit_flow import SubmitOptions, prepare
-from starforge.contract.errors import DirtyTree, MissingInput, SensitiveFiles
+from starforge.contract.errors import DirtyTree, LockError, MissingInput, SensitiveFiles
 from starforge.project.lab import Lab
 from tests.conftest import commit_all, git
 
@@ -98,3 +99,25 @@ def test_data_files_travel_whether_or_not_git_tracks_them(new_lab: Callable[...,
     paths = {f.path for f in got.manifest.files}
     assert {"data/train.jsonl", "data/val.jsonl"} <= paths
     assert got.spec.inputs.train_data and got.spec.inputs.train_data.value == "data/train.jsonl"
+
+
+def test_upgrade_recipe_rewrites_an_incompatible_lock_before_provenance(
+    new_lab: Callable[..., Lab],
+) -> None:
+    lab = new_lab(experiments_={"g1": "trl/grpo"})
+    lock = lab.root / "experiments/g1/method.lock.json"
+    data = json.loads(lock.read_text())
+    data["method"]["bindings"]["learning_rate"]["type"] = "int"
+    lock.write_text(json.dumps(data))
+    commit_all(lab.root, "an old lock")
+    (lab.root / "data").mkdir()
+    for name in ("t.jsonl", "v.jsonl"):
+        (lab.root / "data" / name).write_text('{"prompt": "a"}\n')
+    inputs = {"model": "org/model", "train_data": "data/t.jsonl", "validation_data": "data/v.jsonl"}
+    with pytest.raises(LockError, match="changed type from int to float"):
+        prepare(opts(lab.root, exp="g1", **inputs))
+    with pytest.raises(DirtyTree, match=r"method\.lock\.json"):
+        prepare(opts(lab.root, exp="g1", upgrade_recipe=True, **inputs))
+    commit_all(lab.root, "upgrade the lock")
+    got = prepare(opts(lab.root, exp="g1", **inputs))
+    assert got.spec.method.bindings["learning_rate"].type == "float"
