@@ -68,6 +68,8 @@ def submit_to_running(lab: Path, runs: int) -> dict[str, list[float]]:
                 "h200:1",
                 "--image",
                 "registry.example/bench:1",
+                "--observability-url",
+                "https://wandb.example/bench",
                 "--json",
                 cwd=lab,
             ).stdout

@@ -20,6 +20,7 @@ def spec() -> JobSpec:
         ),
         hyperparams={"learning_rate": 0.01},
         provenance=Provenance(git_commit="c" * 40, client_version="0.1.0"),
+        observability_url="https://wandb.example/ada/lab",
     )
 
 
@@ -81,6 +82,7 @@ def test_job_env_matches_the_golden_mapping() -> None:
         "FORGE_POOL": "all",
         "FORGE_CLUSTER_NUM_NODES": "1",
         "FORGE_CLUSTER_GPUS_PER_NODE": "1",
+        "FORGE_OBSERVABILITY_URL": "https://wandb.example/ada/lab",
         "NNODES": "1",
         "NODE_RANK": "0",
         "GPUS_PER_NODE": "1",

@@ -1,3 +1,6 @@
+"""The --profile grammar and its resolution: examples of each rule and its error, and
+properties over generated arguments (round trip, whole nodes, every role on exactly one pool)."""
+
 from __future__ import annotations
 
 import pytest
@@ -7,6 +10,7 @@ from hypothesis import strategies as st
 from starforge.contract.errors import ProfileError
 from starforge.contract.profiles import (
     ProfileDef,
+    ProfileRequest,
     parse_profile_arg,
     parse_profile_args,
     resolve,
@@ -93,3 +97,93 @@ def test_resolved_pools_never_hold_a_partial_node_above_one_node(gpus: int) -> N
 def test_well_formed_arguments_round_trip_through_the_parser(name: str, gpus: int) -> None:
     req = parse_profile_arg(f"{name}:{gpus}")
     assert (req.name, req.total_gpus, req.roles) == (name, gpus, ())
+
+
+# ---- properties of the grammar -------------------------------------------------------------
+
+NAME = st.from_regex(r"[a-z][a-z0-9]{0,6}", fullmatch=True)
+ROLE = st.from_regex(r"[a-z][a-z0-9_-]{0,8}", fullmatch=True)
+
+
+@given(st.text(max_size=40))
+def test_any_text_either_parses_or_is_a_profile_error_naming_the_format(text: str) -> None:
+    try:
+        req = parse_profile_arg(text)
+    except ProfileError as err:
+        assert text in err.message or repr(text) in err.message or "role" in err.message
+        return
+    assert req.name and (req.total_gpus is None or req.total_gpus >= 1)
+
+
+@given(
+    roles=st.lists(ROLE, min_size=1, max_size=3, unique=True),
+    name=NAME,
+    gpus=st.none() | st.integers(min_value=1, max_value=512),
+)
+def test_a_formatted_request_parses_back_to_itself(
+    roles: list[str], name: str, gpus: int | None
+) -> None:
+    raw = f"{','.join(roles)}={name}" + ("" if gpus is None else f":{gpus}")
+    assert parse_profile_arg(raw) == ProfileRequest(
+        raw=raw, roles=tuple(roles), name=name, total_gpus=gpus
+    )
+
+
+@given(
+    gpn=st.integers(min_value=1, max_value=16),
+    default_nodes=st.integers(min_value=1, max_value=4),
+    gpus=st.none() | st.integers(min_value=1, max_value=256),
+)
+def test_a_resolved_pool_holds_exactly_what_was_asked_in_whole_nodes_above_one_node(
+    gpn: int, default_nodes: int, gpus: int | None
+) -> None:
+    registry = [ProfileDef(name="x", series="s", gpus_per_node=gpn, nodes=default_nodes)]
+    raw = "x" if gpus is None else f"x:{gpus}"
+    try:
+        [got] = resolve(parse_profile_args([raw]), registry, ["trainer"])
+    except ProfileError as err:
+        assert gpus is not None and gpus > gpn and gpus % gpn
+        assert f"whole multiple of {gpn}" in err.message  # the error names the rule
+        return
+    want = default_nodes * gpn if gpus is None else gpus
+    assert got.total_gpus == want and got.series == "s" and got.roles == ["trainer"]
+    assert got.gpus_per_node <= gpn and (got.nodes == 1 or got.gpus_per_node == gpn)
+
+
+@given(
+    roles=st.lists(ROLE, min_size=1, max_size=5, unique=True),
+    data=st.data(),
+)
+def test_named_pools_cover_every_role_exactly_once_or_the_error_names_what_is_missing(
+    roles: list[str], data: st.DataObject
+) -> None:
+    groups = data.draw(st.integers(min_value=1, max_value=len(roles)))
+    owner = {r: data.draw(st.integers(0, groups - 1)) for r in roles}
+    assigned = [[r for r in roles if owner[r] == g] for g in range(groups)]
+    assigned = [g for g in assigned if g]
+    dropped = data.draw(st.sampled_from([None, *roles])) if len(roles) > 1 else None
+    args = []
+    for i, group in enumerate(assigned):
+        kept = [r for r in group if r != dropped]
+        if kept:
+            args.append(f"{','.join(kept)}={'h200' if i % 2 == 0 else 'h100'}:{i + 1}")
+    try:
+        pools = resolve(parse_profile_args(args), REGISTRY, roles)
+    except ProfileError as err:
+        assert dropped is not None and f"missing: {dropped}" in err.message
+        assert "the method's roles" in (err.hint or "")
+        return
+    assert dropped is None or dropped not in roles
+    carried = [r for p in pools for r in p.roles]
+    assert sorted(carried) == sorted(roles) and all(p.roles for p in pools)
+
+
+@given(roles=st.lists(ROLE, min_size=1, max_size=3, unique=True), extra=ROLE)
+def test_a_role_the_method_lacks_is_refused_with_the_valid_roles(
+    roles: list[str], extra: str
+) -> None:
+    if extra in roles:
+        return
+    with pytest.raises(ProfileError) as err:
+        resolve(parse_profile_args([f"{','.join([*roles, extra])}=h200:8"]), REGISTRY, roles)
+    assert extra in err.value.message and ", ".join(roles) in (err.value.hint or "")

@@ -56,6 +56,11 @@ def custom_lab(new_lab: Callable[..., lab.Lab]) -> Callable[..., lab.Lab]:
             text,
         )
         script.write_text(text)
+        # custom/custom keeps its curves elsewhere unless the experiment opts into the platform's
+        # (else every submit would need --observability-url).
+        (made.root / "experiments" / name / "config.yaml").write_text(
+            "starforge:\n  observability: platform\n"
+        )
         # Unique content per lab, so blob de-duplication across tests cannot hide an upload.
         (made.root / "experiments" / name / "lab-id.txt").write_text(f"{uuid.uuid4()}\n")
         commit_all(made.root, f"add {name}")

@@ -26,7 +26,17 @@ def test_a_two_node_custom_run_has_one_plan_per_node_with_its_rank(
     new_lab: Callable[..., Lab],
 ) -> None:
     lab = new_lab(experiments_={"c1": "custom/custom"})
-    plan = dry_run(sf, lab, "c1", "--profile", "h200:16", "--image", "reg.example/t:1")
+    plan = dry_run(
+        sf,
+        lab,
+        "c1",
+        "--profile",
+        "h200:16",
+        "--image",
+        "reg.example/t:1",
+        "--observability-url",  # custom/custom keeps its curves elsewhere by default
+        "https://wandb.example/lab",
+    )
     assert [(p["nodes"], p["gpus_per_node"]) for p in plan["pools"]] == [(2, 8)]
     ranks = [(n["node_rank"], n["env"]["NODE_RANK"], n["env"]["NNODES"]) for n in plan["plans"]]
     assert ranks == [(0, "0", "2"), (1, "1", "2")]

@@ -108,6 +108,8 @@ def spec(
         inputs=inputs or Inputs(),
         image="registry.example/train:v1" if method_id == "custom/custom" else "",
         provenance=Provenance(git_commit="a" * 40, client_version="0.1.0"),
+        # custom/custom keeps its curves elsewhere by default: it must say where.
+        observability_url="https://wandb.example/proj" if method_id == "custom/custom" else "",
     )
 
 

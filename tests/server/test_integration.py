@@ -106,6 +106,7 @@ def upload_and_submit(c: httpx.Client, key: str) -> dict[str, Any]:
             "profiles": ["h200:8"],
             "image": "registry.example/train:v1",
             "provenance": {"git_commit": "b" * 40, "client_version": "0.1.0"},
+            "observability_url": "https://wandb.example/proj",
         },
         "manifest": {
             "files": [{"path": "experiments/exp/train.sh", "sha256": digest, "size": len(data)}]

@@ -1,4 +1,5 @@
-"""Runner events: how an attempt ends, idempotency, and run-token authentication."""
+"""Runner events: how an attempt ends (pauses included), idempotency, run-token authentication,
+heartbeats and fencing, and the auto-retry policy."""
 
 from __future__ import annotations
 
@@ -11,7 +12,17 @@ from starforge.server.runtime import Runtime
 from starforge.server.services import lifecycle
 from starforge.server.services.lifecycle import decide
 
-from .factories import FakeExecutor, binding, report, run_row, running_run, schedule, submit
+from .factories import (
+    FakeExecutor,
+    binding,
+    force,
+    report,
+    run_row,
+    running_run,
+    schedule,
+    submit,
+)
+from .lifecycle_factories import beat, checkpoint, start, submit_with_retries
 
 S = JobStatus
 
@@ -172,3 +183,146 @@ def test_an_event_without_a_token_is_unauthorized(rt: Runtime) -> None:
 def test_an_event_for_an_unknown_run_is_not_found(rt: Runtime) -> None:
     with pytest.raises(RunNotFound):
         lifecycle.handle(rt, "r-0000000000", "x", LifecycleEvent(attempt=1, event="running"))
+
+
+# ---- pausing ----------------------------------------------------------------------------------
+
+
+def lost() -> dict[str, object]:
+    return {"state": "exited", "exit_code": None, "lost": True}
+
+
+@pytest.mark.parametrize("code", [143, 137, 0])
+def test_a_pausing_node_that_saved_or_was_killed_makes_the_run_paused(code: int) -> None:
+    d = decide(S.PAUSING, nodes(("exited", code)))
+    assert d is not None and (d.status, d.end_reason, d.exit_code) == (
+        S.PAUSED,
+        EndReason.PAUSED_BY_USER,
+        code,
+    )
+
+
+def test_a_pausing_attempt_waits_for_every_node_to_save() -> None:
+    assert decide(S.PAUSING, nodes(("exited", 143), ("running", None))) is None
+    d = decide(S.PAUSING, nodes(("exited", 143), ("exited", 143)))
+    assert d is not None and d.status is S.PAUSED
+
+
+def test_a_node_that_crashes_while_pausing_fails_the_run_at_once() -> None:
+    d = decide(S.PAUSING, nodes(("running", None), ("exited", 1)))
+    assert d is not None and (d.status, d.end_reason, d.exit_code) == (
+        S.FAILED,
+        EndReason.EXIT_NONZERO,
+        1,
+    )
+
+
+def test_a_node_lost_while_pausing_still_ends_paused() -> None:
+    n = nodes(("exited", 143))
+    n["1"] = lost()
+    d = decide(S.PAUSING, n)
+    assert d is not None and d.status is S.PAUSED
+
+
+def test_a_runner_cannot_claim_success_for_a_failed_exit() -> None:
+    n = nodes(("exited", 3))
+    n["0"]["end_reason"] = "completed"
+    d = decide(S.RUNNING, n)
+    assert d is not None and (d.status, d.end_reason) == (S.FAILED, EndReason.EXIT_NONZERO)
+
+
+# ---- heartbeats and fencing -------------------------------------------------------------------
+
+
+def test_a_heartbeat_stamps_the_attempt_and_changes_no_status(rt: Runtime) -> None:
+    run_id = running_run(rt)
+    events = len(run_row(rt, run_id).events)
+    assert beat(rt, run_id).accepted
+    run = run_row(rt, run_id)
+    attempt = run.attempts[0]
+    assert (run.status, len(run.events)) == ("running", events)
+    assert attempt.heartbeat_at is not None
+    assert attempt.nodes["0"]["beat"] == pytest.approx(attempt.heartbeat_at.timestamp())
+
+
+def test_a_heartbeat_of_an_attempt_that_is_over_is_refused(rt: Runtime) -> None:
+    run_id = running_run(rt)
+    report(rt, run_id, "exited", exit_code=0)
+    outcome = beat(rt, run_id)
+    assert not outcome.accepted and "not running" in outcome.message
+
+
+# ---- auto-retry -------------------------------------------------------------------------------
+
+
+def end_as(rt: Runtime, run_id: str, reason: EndReason, attempt: int = 1) -> lifecycle.Outcome:
+    token = binding(rt, run_id, attempt)["run_token"]
+    ev = LifecycleEvent(attempt=attempt, event="exited", exit_code=137, end_reason=reason)
+    return lifecycle.handle(rt, run_id, token, ev)
+
+
+def test_a_preempted_run_is_requeued_from_its_latest_checkpoint(rt: Runtime) -> None:
+    run_id = running_run(rt)
+    checkpoint(rt, run_id, "step-5")
+    checkpoint(rt, run_id, "step-10")
+    end_as(rt, run_id, EndReason.PREEMPTED)
+    run = run_row(rt, run_id)
+    assert (run.status, run.auto_retries, run.ended_at) == ("queued", 1, None)
+    assert run.attempts[0].end_reason == "preempted"
+    failed, queued = run.events[-2:]
+    assert (failed.dst, queued.dst, queued.actor) == ("failed", "queued", "auto-retry")
+    assert queued.reason == "auto-retry 1 of 2 after preempted: resumes from step-10 (step 10)"
+    start(rt, run_id, attempt=2)
+    b = binding(rt, run_id, attempt=2)
+    assert b["resume_from"].endswith("/out/checkpoints/step-10")
+    assert run_row(rt, run_id).attempts[1].resumed_from == b["resume_from"]
+
+
+def test_auto_retries_stop_at_the_limit_and_the_run_fails_with_its_history(rt: Runtime) -> None:
+    run_id = submit_with_retries(rt, 1)
+    start(rt, run_id)
+    checkpoint(rt, run_id, "step-5")
+    end_as(rt, run_id, EndReason.PREEMPTED)
+    start(rt, run_id, attempt=2)
+    end_as(rt, run_id, EndReason.PREEMPTED, attempt=2)
+    run = run_row(rt, run_id)
+    assert (run.status, run.end_reason, run.auto_retries) == ("failed", "preempted", 1)
+    assert run.reason.endswith("not retried: auto-retries used up (1 of 1)")
+    assert [a.end_reason for a in run.attempts] == ["preempted", "preempted"]
+    assert [e.dst for e in run.events].count("queued") == 2  # submit, then one auto-retry
+
+
+def test_a_training_failure_is_never_retried_automatically(rt: Runtime) -> None:
+    run_id = running_run(rt)
+    checkpoint(rt, run_id, "step-5")
+    report(rt, run_id, "exited", exit_code=1)
+    run = run_row(rt, run_id)
+    assert (run.status, run.end_reason, run.auto_retries) == ("failed", "exit_nonzero", 0)
+
+
+def test_a_run_lost_before_its_first_checkpoint_is_not_retried(rt: Runtime) -> None:
+    run_id = running_run(rt)
+    end_as(rt, run_id, EndReason.PREEMPTED)
+    run = run_row(rt, run_id)
+    assert run.status == "failed"
+    assert run.reason.endswith("not retried: no checkpoint to resume from yet")
+
+
+def test_max_retries_zero_at_submit_turns_auto_retry_off(rt: Runtime) -> None:
+    run_id = submit_with_retries(rt, 0)
+    start(rt, run_id)
+    checkpoint(rt, run_id, "step-5")
+    end_as(rt, run_id, EndReason.PREEMPTED)
+    run = run_row(rt, run_id)
+    assert run.status == "failed" and run.reason.endswith("(none allowed)")
+
+
+def test_a_pause_names_the_checkpoint_it_kept(rt: Runtime) -> None:
+    run_id = running_run(rt)
+    force(rt, run_id, S.PAUSING)
+    checkpoint(rt, run_id, "checkpoint-20", hf=True)
+    checkpoint(rt, run_id, "checkpoint-100")  # half-written: no trainer_state.json yet
+    report(rt, run_id, "exited", exit_code=143)
+    run = run_row(rt, run_id)
+    assert (run.status, run.end_reason, run.exit_code) == ("paused", "paused_by_user", 143)
+    assert run.reason == "paused by user; latest checkpoint checkpoint-20 (step 20)"

@@ -8,7 +8,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
 from starforge.server.db.engine import make_engine, migrate
-from starforge.server.db.models import Base
+from starforge.server.db.tables import Base
 
 
 def test_the_migrated_schema_matches_the_models(tmp_path: Path) -> None:
@@ -25,7 +25,9 @@ def test_migrating_twice_changes_nothing(tmp_path: Path) -> None:
     migrate(engine)
     migrate(engine)
     with engine.connect() as conn:
-        assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").all() == [("0001",)]
+        assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").all() == [
+            ("0005_merge",)
+        ]
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30000
     engine.dispose()

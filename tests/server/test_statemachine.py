@@ -107,3 +107,44 @@ def test_a_terminal_status_stamps_the_end_and_retry_clears_it(rt: Runtime) -> No
         assert (run.ended_at, run.end_reason, run.exit_code) == (None, None, None)
     with rt.transaction() as session:
         assert session.scalar(select(func.count()).select_from(Event)) == 2
+
+
+def test_each_event_records_from_to_reason_actor_and_time(rt: Runtime) -> None:
+    insert_run(rt, "r-0000000006", status=JobStatus.RUNNING)
+    path = [JobStatus.PAUSING, JobStatus.PAUSED, JobStatus.QUEUED, JobStatus.STARTING]
+    with rt.transaction() as session:
+        run = session.get(Run, "r-0000000006")
+        assert run is not None
+        for i, dst in enumerate(path):
+            statemachine.transition(session, run, dst, reason=f"step {i}", actor=f"actor-{i}")
+    with rt.transaction() as session:
+        events = session.scalars(select(Event).order_by(Event.id)).all()
+        assert [(e.src, e.dst, e.reason, e.actor) for e in events] == [
+            ("running", "pausing", "step 0", "actor-0"),
+            ("pausing", "paused", "step 1", "actor-1"),
+            ("paused", "queued", "step 2", "actor-2"),
+            ("queued", "starting", "step 3", "actor-3"),
+        ]
+        times = [e.at for e in events]
+        assert times == sorted(times) and all(t.tzinfo is not None for t in times)
+
+
+def test_a_resumed_run_forgets_its_pause_but_keeps_its_first_start(rt: Runtime) -> None:
+    insert_run(rt, "r-0000000007", status=JobStatus.STARTING)
+    with rt.transaction() as session:
+        run = session.get(Run, "r-0000000007")
+        assert run is not None
+        statemachine.transition(session, run, JobStatus.RUNNING, reason="", actor="t")
+        first = run.started_at
+        statemachine.transition(session, run, JobStatus.PAUSING, reason="", actor="t")
+        statemachine.transition(
+            session,
+            run,
+            JobStatus.PAUSED,
+            reason="",
+            actor="t",
+            end_reason=EndReason.PAUSED_BY_USER,
+        )
+        assert run.end_reason == "paused_by_user" and run.ended_at is None  # paused is not final
+        statemachine.transition(session, run, JobStatus.QUEUED, reason="resumed", actor="t")
+        assert (run.end_reason, run.ended_at, run.started_at) == (None, None, first)

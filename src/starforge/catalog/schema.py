@@ -82,6 +82,19 @@ class Metrics(Strict):
     primary: list[str] = Field(default_factory=list)
 
 
+class AutoRetry(Strict):
+    """How a run of this method is requeued, from its latest checkpoint, after the platform
+    failed it (never after the training itself failed: that is the user's ``sf job retry``)."""
+
+    limit: int = Field(default=2, ge=0, le=100)  # requeues in a row; `sf submit --max-retries`
+    on: list[Literal["node_lost", "preempted"]] = Field(
+        default_factory=lambda: ["node_lost", "preempted"]
+    )
+    # Only resume: a run lost before its first checkpoint fails (it is more often a setup
+    # problem than bad luck, and restarting from nothing is the user's call).
+    require_checkpoint: bool = True
+
+
 class MethodDecl(Strict):
     """One ``method.yaml`` as written."""
 
@@ -101,6 +114,7 @@ class MethodDecl(Strict):
     lifecycle: list[Literal["export", "eval"]] = Field(default_factory=list)
     metrics: Metrics = Field(default_factory=Metrics)
     checks: list[str] = Field(default_factory=list)  # framework static checks, by name
+    auto_retry: AutoRetry = Field(default_factory=AutoRetry)
     params: dict[str, Param] = Field(default_factory=dict)
 
     @model_validator(mode="after")

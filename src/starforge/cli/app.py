@@ -5,7 +5,16 @@ from __future__ import annotations
 import typer
 
 from starforge import __version__
-from starforge.cli import cmd_demo, cmd_job, cmd_lab, cmd_methods, cmd_server, cmd_submit
+from starforge.cli import (
+    cmd_admin,
+    cmd_demo,
+    cmd_job,
+    cmd_lab,
+    cmd_methods,
+    cmd_server,
+    cmd_status,
+    cmd_submit,
+)
 
 
 def _version(value: bool) -> None:
@@ -48,4 +57,6 @@ app.command("ls", rich_help_panel="Experiment")(cmd_methods.ls)
 app.command(rich_help_panel="Experiment")(cmd_methods.validate)
 app.command(rich_help_panel="Job")(cmd_submit.submit)
 app.add_typer(cmd_job.app, name="job", rich_help_panel="Job")
+app.command("status", rich_help_panel="Job")(cmd_status.status)
 app.add_typer(cmd_server.app, name="server", rich_help_panel="Management")
+app.add_typer(cmd_admin.app, name="admin", rich_help_panel="Management")

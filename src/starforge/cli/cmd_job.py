@@ -1,5 +1,6 @@
-"""``sf job ls|status|logs|stop``: follow and control runs. A run id may be any unambiguous
-prefix; no id means the latest run (for ``logs`` and ``status``)."""
+"""``sf job ls|status|logs|stop|pause|resume|retry``: follow and control runs. A run id may be
+any unambiguous prefix; no id means the latest run (for ``logs`` and ``status``). Actions answer
+accepted or not-with-the-reason (exit 0 either way: a rejection is information, not an error)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from starforge.cli import cmd_metrics
 from starforge.cli.output import ago, out, status_text
 
 # Command modules import the client lazily, inside each command: `sf --help` stays fast.
@@ -58,7 +60,7 @@ def list_runs(
         [
             [
                 r.run_id,
-                status_text(r.status),
+                status_text(r.status) + (f" #{r.queue_position}" if r.queue_position else ""),
                 f"{r.project}/{r.experiment}",
                 r.method,
                 str(r.gpus),
@@ -81,7 +83,9 @@ def status(run: RunArg = None, json_out: JsonOpt = False) -> None:
     out.set_json(json_out)
     with connect() as client:
         view = resolve(client, run)
-    out.data(view.model_dump(mode="json"))
+        console_url = client.console_url(view.run_id)
+    observability_url = view.spec.observability_url if view.spec else ""
+    out.data({**view.model_dump(mode="json"), "console_url": console_url})
     end = f" ({view.end_reason}, exit code {view.exit_code})" if view.end_reason else ""
     pools = ", ".join(f"{p.name}: {p.nodes} x {p.gpus_per_node} {p.series}" for p in view.pools)
     rows = [
@@ -96,26 +100,54 @@ def status(run: RunArg = None, json_out: JsonOpt = False) -> None:
         ("submitted", ago(view.created_at)),
         ("started", ago(view.started_at)),
         ("ended", ago(view.ended_at)),
+        ("retries", _retries(view)),
         ("run dir", view.run_dir or "-"),
+        ("curves", f"{observability_url} (external)" if observability_url else "on the platform"),
+        ("console", console_url),
     ]
+    at = [key for key, _ in rows].index("reason") + 1
+    rows[at:at] = _pending_rows(view)  # a queued run: its place in the queue, in numbers
     for key, value in rows:
         out.line(f"[bold]{key:>10}[/bold]  {value}")
     if view.attempts:
         out.line("")
         out.table(
-            ["ATTEMPT", "STARTED", "ENDED", "EXIT", "REASON", "LOG"],
+            ["ATTEMPT", "EXECUTOR", "STARTED", "ENDED", "EXIT", "REASON", "FROM", "LOG"],
             [
                 [
                     str(a.number),
+                    a.executor_ref or "-",
                     ago(a.started_at),
                     ago(a.ended_at),
                     "-" if a.exit_code is None else str(a.exit_code),
                     a.end_reason or "-",
+                    a.resumed_from.rsplit("/", 1)[-1] if a.resumed_from else "-",
                     a.log_path,
                 ]
                 for a in view.attempts
             ],
         )
+
+
+def _pending_rows(view: RunView) -> list[tuple[str, str]]:
+    from rich.markup import escape
+
+    p = view.pending
+    if p is None:
+        return []
+    rows = [("queue", f"position {p.position} of {p.queued}")]
+    if p.detail and p.detail != p.message:
+        rows.append(("numbers", escape(p.detail)))
+    if p.next_event:
+        rows.append(("starts", escape(p.next_event)))
+    if p.reserved_nodes:
+        rows.append(("reserved", f"{', '.join(p.reserved_nodes)} kept for this run"))
+    return rows
+
+
+def _retries(view: RunView) -> str:
+    limit = "?" if view.max_retries is None else str(view.max_retries)
+    return f"{view.auto_retries} of {limit} automatic retries used (after a lost node)"
 
 
 @app.command()
@@ -177,3 +209,61 @@ def stop(
         out.success(f"{view.run_id}: {result.message or 'stopping'} ({status_text(result.status)})")
     else:
         out.line(f"[yellow]not stopped:[/yellow] {result.message}")
+
+
+def _act(run: str, action: str, json_out: bool) -> None:
+    """Send one user action and print its answer (accepted, or the reason it was not)."""
+    from starforge.cli.connect import connect
+
+    out.set_json(json_out)
+    with connect() as client:
+        view = client.get_run(run)
+        result = getattr(client, action)(view.run_id)
+    out.data({"run_id": view.run_id, "action": action, **result.model_dump(mode="json")})
+    if result.accepted:
+        out.success(f"{result.message} ({status_text(result.status)})")
+    else:
+        done = {"pause": "paused", "resume": "resumed", "retry": "retried"}[action]
+        out.line(f"[yellow]not {done}:[/yellow] {result.message}")
+
+
+@app.command()
+def pause(
+    run: Annotated[str, typer.Argument(help="Run id or unambiguous prefix.")],
+    json_out: JsonOpt = False,
+) -> None:
+    """Pause a run: its training saves a checkpoint and exits, its GPUs are released.
+
+    A queued run is held instead. `sf job resume` continues it from the checkpoint.
+
+    Example: sf job pause r-7f3a
+    """
+    _act(run, "pause", json_out)
+
+
+@app.command()
+def resume(
+    run: Annotated[str, typer.Argument(help="Run id or unambiguous prefix.")],
+    json_out: JsonOpt = False,
+) -> None:
+    """Resume a paused run: same run id, a new attempt, from its latest checkpoint.
+
+    Example: sf job resume r-7f3a
+    """
+    _act(run, "resume", json_out)
+
+
+@app.command()
+def retry(
+    run: Annotated[str, typer.Argument(help="Run id or unambiguous prefix.")],
+    json_out: JsonOpt = False,
+) -> None:
+    """Requeue a failed or stopped run: same run id, a new attempt, from its latest checkpoint.
+
+    Example: sf job retry r-7f3a
+    """
+    _act(run, "retry", json_out)
+
+
+app.command("metrics")(cmd_metrics.metrics)
+app.command("console")(cmd_metrics.console)

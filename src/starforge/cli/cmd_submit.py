@@ -83,6 +83,24 @@ def submit(
             help="Framework version to run (with --upgrade-recipe when it differs from the lock).",
         ),
     ] = None,
+    observability_url: Annotated[
+        str | None,
+        Flag(
+            "--observability-url",
+            help="Where the run's curves live (e.g. a W&B project URL). Required by methods "
+            "with external observability (custom/custom by default); refused by the others.",
+        ),
+    ] = None,
+    max_retries: Annotated[
+        int | None,
+        Flag(
+            "--max-retries",
+            min=0,
+            max=100,
+            help="Requeue the run from its latest checkpoint at most this many times after a "
+            "lost node (default: the method's policy, 2 for the built-in methods).",
+        ),
+    ] = None,
     dry_run: Annotated[
         bool,
         Flag(
@@ -102,7 +120,8 @@ def submit(
       sf submit my-grpo --profile h200:1 --model models/tiny-llama \\
           --train-data data/train.jsonl --validation-data data/val.jsonl -s learning_rate=0.01
 
-      sf submit my-custom --profile h200:16 --image myregistry.io/train:v1 --follow
+      sf submit my-custom --profile h200:16 --image myregistry.io/train:v1 \\
+          --observability-url https://wandb.ai/me/my-custom --follow
 
       sf submit my-verl --profile h200:8 --model Qwen/Qwen3.5-9B \\
           --train-data /shared/gsm8k/train.parquet --validation-data /shared/gsm8k/val.parquet \\
@@ -125,6 +144,8 @@ def submit(
         no_validate=no_validate,
         upgrade_recipe=upgrade_recipe,
         framework_version=framework_version,
+        observability_url=observability_url,
+        max_retries=max_retries,
     )
     prepared = submit_flow.prepare(opts)
     for warning in prepared.warnings:
@@ -218,6 +239,8 @@ def _submit(client: Client, prepared: Prepared, *, follow: bool, json_out: bool)
         "files_skipped": result.files_skipped,
         "bytes_skipped": result.bytes_skipped,
         "warnings": result.warnings,
+        "console_url": client.console_url(resp.run_id),
+        "observability_url": prepared.spec.observability_url,
     }
     for warning in resp.warnings:
         out.warn(warning)
@@ -230,6 +253,9 @@ def _submit(client: Client, prepared: Prepared, *, follow: bool, json_out: bool)
         f" already on the server: {result.files_skipped} file(s), "
         f"{human_bytes(result.bytes_skipped)}"
     )
+    out.line(f"  console: {escape(report['console_url'])}")
+    if prepared.spec.observability_url:
+        out.line(f"  curves: {escape(prepared.spec.observability_url)} (external)")
     if not follow:
         out.line(f"  follow it: [bold]sf job logs {resp.run_id}[/bold]")
         out.data(report)

@@ -1,4 +1,8 @@
-"""Printing and following a run's logs (``sf job logs``, ``sf submit --follow``)."""
+"""Printing and following a run's logs (``sf job logs``, ``sf submit --follow``).
+
+History without following reads the JSON log endpoint; following reads the Server-Sent Events
+stream, which delivers each line once even across reconnects and ends when the run ends.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +10,8 @@ import time
 
 from starforge.cli.output import out
 from starforge.client.http import Client
+from starforge.contract import api
 from starforge.contract.api import RunView
-
-FOLLOW_WAIT_S = 10.0
 
 
 def read_attempt(client: Client, run_id: str, attempt: int) -> tuple[str, int, bool]:
@@ -34,33 +37,42 @@ def print_history(client: Client, run: RunView) -> None:
 def tail_and_follow(client: Client, run: RunView, lines: int, follow: bool) -> str:
     """Print the last ``lines`` lines of the current attempt (0 = every attempt's whole log),
     then follow it until the run ends. Returns the run's final status."""
+    if follow:
+        return follow_stream(client, run, lines)
     if not run.attempts:
-        if not follow:
-            out.info(f"run {run.run_id} is {run.status}: no log yet ({run.reason})")
-            return run.status
-        out.info(f"run {run.run_id} is {run.status}: {run.reason}; waiting for it to start")
-    attempt: int | None = run.attempts[-1].number if run.attempts else None
-    offset, final = 0, run.status.is_terminal and not run.attempts
-    if attempt is not None and lines == 0:
+        out.info(f"run {run.run_id} is {run.status}: no log yet ({run.reason})")
+        return run.status
+    if lines == 0:
         print_history(client, run)
-        _, offset, final = read_attempt(client, run.run_id, attempt)
-    elif attempt is not None:
-        text, offset, final = read_attempt(client, run.run_id, attempt)
+    else:
+        text, _, _ = read_attempt(client, run.run_id, run.attempts[-1].number)
         kept = text.splitlines(keepends=True)[-lines:] if lines > 0 else []
         out.raw("".join(kept))
-    status = run.status
-    while follow and not final:
-        chunk = client.logs(run.run_id, attempt=attempt, offset=offset, wait=FOLLOW_WAIT_S)
-        status, final = chunk.status, chunk.final
-        if attempt is None:
-            if chunk.attempt < 1:  # still queued: nothing to show yet
-                continue
-            attempt = chunk.attempt
-        out.raw(chunk.data)
-        offset = chunk.offset
-        if not chunk.data and chunk.attempts > attempt:  # a retry or resume started
-            attempt, offset = attempt + 1, 0
-            out.raw(f"──── attempt {attempt} ────\n")
+    return run.status
+
+
+def follow_stream(client: Client, run: RunView, lines: int) -> str:
+    """Follow the run's log over Server-Sent Events until its ``end`` event: from the first
+    attempt's beginning (``lines`` = 0) or the current attempt's last ``lines`` lines. The stream
+    reconnects by itself after a drop and resumes after the last line printed."""
+    stream = client.stream_logs(run.run_id, tail=None if lines <= 0 else lines)
+    status, told_waiting, first = str(run.status), False, True
+    for event in stream:
+        data = event.json()
+        if event.event == api.SSE_LOG:
+            out.raw(data["text"])
+        elif event.event == api.SSE_ATTEMPT:
+            out.raw(f"──── attempt {data['attempt']} ────\n")
+        elif event.event == api.SSE_STATUS:
+            status = data["status"]
+            if first and lines <= 0 and data["attempts"] > 1:
+                out.raw("──── attempt 1 ────\n")
+            if data["attempts"] == 0 and not told_waiting and status == "queued":
+                out.info(f"run {run.run_id} is {status}: {data['reason']}; waiting for it to start")
+                told_waiting = True
+            first = False
+        elif event.event == api.SSE_END:
+            return str(data["status"])
     return status
 
 

@@ -13,7 +13,6 @@ server unless admission accepts the whole request.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +20,9 @@ from pathlib import Path
 from starforge import __version__
 from starforge.catalog.checks import CheckContext, run_checks
 from starforge.catalog.loader import EntrypointKind, Method, get_method
+from starforge.client import pending
 from starforge.client.http import Client
+from starforge.contract import observability
 from starforge.contract import profiles as profile_grammar
 from starforge.contract.api import SubmitRequest, SubmitResponse
 from starforge.contract.errors import LockError, MissingInput, ServerUnreachable, StarForgeError
@@ -49,6 +50,8 @@ class SubmitOptions:
     upgrade_recipe: bool = False
     framework_version: str | None = None
     cwd: Path | None = None
+    observability_url: str | None = None
+    max_retries: int | None = None  # automatic requeues after a lost node (None: method default)
 
 
 @dataclass
@@ -62,6 +65,7 @@ class Prepared:
     strict: bool = True
     warnings: list[str] = field(default_factory=list)
     pools: list[Pool] = field(default_factory=list)  # known after check_profiles
+    max_retries: int | None = None
 
     @property
     def method(self) -> Method:
@@ -146,6 +150,8 @@ def prepare(opts: SubmitOptions) -> Prepared:
     warnings += validated.warnings
     method = validated.method
     image = _image(opts, method)
+    mode = observability.mode_of(method.observability, validated.run_config)
+    observability.check_url(mode, opts.observability_url or "", method.id)
     inputs, input_files = _inputs(lab.root, opts, method)
     state = git.read_state(lab.root, [exp.relpath, *packer.SHARED_DIRS])
     git.require_clean(state, allow_dirty=opts.allow_dirty)
@@ -174,6 +180,7 @@ def prepare(opts: SubmitOptions) -> Prepared:
             untracked=state.untracked,
             client_version=__version__,
         ),
+        observability_url=opts.observability_url or "",
     )
     return Prepared(
         spec=spec,
@@ -182,6 +189,7 @@ def prepare(opts: SubmitOptions) -> Prepared:
         validated=validated,
         strict=not opts.no_validate,
         warnings=warnings,
+        max_retries=opts.max_retries,
     )
 
 
@@ -222,10 +230,27 @@ def upload_and_submit(
         on_upload_start(len(todo), todo_bytes)
     for entry in todo:
         client.upload_blob(entry.sha256, prepared.root / entry.path, on_progress)
+    # A rerun after a lost answer or Ctrl-C sends the same key: the server returns its run.
+    content = {
+        "spec": prepared.spec.model_dump(mode="json"),
+        "manifest": prepared.manifest.model_dump(mode="json"),
+        "max_retries": prepared.max_retries,
+    }
+    key = pending.open_pending(content)
     request = SubmitRequest(
-        spec=prepared.spec, manifest=prepared.manifest, idempotency_key=uuid.uuid4().hex
+        spec=prepared.spec,
+        manifest=prepared.manifest,
+        idempotency_key=key.key,
+        max_retries=prepared.max_retries,
     )
-    response = _submit_with_retry(client, request)
+    try:
+        response = _submit_with_retry(client, request)
+    except ServerUnreachable:
+        raise  # no answer: the record stays, and the next try reuses the key
+    except StarForgeError:
+        key.clear()  # the server answered with a refusal
+        raise
+    key.clear()
     unique = len(by_digest)
     total = sum(f.size for f in by_digest.values())
     return Submitted(

@@ -14,6 +14,7 @@ import httpx
 from pydantic import BaseModel
 
 from starforge import __version__
+from starforge.client.sse import EventStream
 from starforge.contract import api
 from starforge.contract.errors import ServerError, ServerUnreachable, from_wire
 
@@ -29,6 +30,7 @@ class Client:
         token: str | None = None,
         run_token: str | None = None,
         timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,  # for tests: an in-process server
     ) -> None:
         headers = {api.CLIENT_VERSION_HEADER: __version__}
         if token:
@@ -40,6 +42,7 @@ class Client:
             base_url=self.base_url + api.API_PREFIX,
             headers=headers,
             timeout=httpx.Timeout(timeout, connect=5.0),
+            transport=transport,
         )
 
     def close(self) -> None:
@@ -129,6 +132,15 @@ class Client:
     def stop(self, run_id: str) -> api.ActionResult:
         return self._post(f"/runs/{run_id}/stop", api.ActionResult)
 
+    def pause(self, run_id: str) -> api.ActionResult:
+        return self._post(f"/runs/{run_id}/pause", api.ActionResult)
+
+    def resume(self, run_id: str) -> api.ActionResult:
+        return self._post(f"/runs/{run_id}/resume", api.ActionResult)
+
+    def retry(self, run_id: str) -> api.ActionResult:
+        return self._post(f"/runs/{run_id}/retry", api.ActionResult)
+
     def logs(
         self, run_id: str, *, attempt: int | None = None, offset: int = 0, wait: float = 0
     ) -> api.LogChunk:
@@ -144,5 +156,75 @@ class Client:
         )
         return api.LogChunk.model_validate(response.json())
 
-    def lifecycle(self, run_id: str, event: api.LifecycleEvent) -> None:
-        self._send("POST", f"/runs/{run_id}/lifecycle", json=event.model_dump(mode="json"))
+    def lifecycle(self, run_id: str, event: api.LifecycleEvent) -> bool:
+        """Report a runner event; False when the server ignored it (the attempt is over)."""
+        response = self._send(
+            "POST", f"/runs/{run_id}/lifecycle", json=event.model_dump(mode="json")
+        )
+        return bool(response.json().get("accepted", True))
+
+    # ---- observability ------------------------------------------------------------------------
+
+    def ingest(self, run_id: str, body: api.IngestRequest | bytes) -> api.IngestAck:
+        """Send a batch of metrics/hyperparameters/metadata (needs the run token). A high-volume
+        sender may pass the JSON of an IngestRequest it built itself; the server validates it."""
+        content = body if isinstance(body, bytes) else body.model_dump_json(exclude_none=True)
+        response = self._send(
+            "POST",
+            f"/runs/{run_id}/ingest",
+            content=content,
+            headers={"Content-Type": "application/json"},
+        )
+        return api.IngestAck.model_validate(response.json())
+
+    def metrics(
+        self, ref: str, *, keys: list[str] | None = None, max_points: int | None = None
+    ) -> api.MetricsView:
+        return self._get(f"/runs/{ref}/metrics", api.MetricsView, key=keys, max_points=max_points)
+
+    def run_meta(self, ref: str) -> api.RunMetaView:
+        return self._get(f"/runs/{ref}/meta", api.RunMetaView)
+
+    def progress(self, run_ids: list[str]) -> api.ProgressList:
+        return self._get("/progress", api.ProgressList, runs=",".join(run_ids))
+
+    def artifacts(self, ref: str) -> api.ArtifactList:
+        return self._get(f"/runs/{ref}/artifacts", api.ArtifactList)
+
+    def stream_logs(
+        self, run_id: str, *, tail: int | None = None, start: str | None = None
+    ) -> EventStream:
+        """The run's log as Server-Sent Events from ``start`` (``ATTEMPT:OFFSET``), or its last
+        ``tail`` lines, or its beginning; it reconnects by itself after a drop."""
+        return EventStream(
+            self._http, f"/runs/{run_id}/logs/stream", params={"tail": tail}, last_event_id=start
+        )
+
+    def console_url(self, run_id: str | None = None, *, sign_in: bool = False) -> str:
+        """The web console's page of a run (or its home); ``sign_in`` adds the user's token in
+        the URL fragment, which browsers never send to the server."""
+        route = f"/runs/{run_id}" if run_id else "/"
+        token = self._http.headers.get("Authorization", "").removeprefix("Bearer ")
+        query = f"?token={token}" if sign_in and token else ""
+        return f"{self.base_url}/#{route}{query}"
+
+    # ---- resources ----------------------------------------------------------------------------
+
+    def cluster_status(self) -> api.ClusterStatus:
+        return self._get("/cluster/status", api.ClusterStatus)
+
+    def my_usage(self) -> api.MyUsage:
+        return self._get("/usage/mine", api.MyUsage)
+
+    def quotas(self) -> api.QuotaList:
+        return self._get("/admin/quotas", api.QuotaList)
+
+    def quota(self, user: str) -> api.UserQuota:
+        return self._get(f"/admin/quotas/{user}", api.UserQuota)
+
+    def set_quota(self, user: str, update: api.QuotaUpdate) -> api.UserQuota:
+        """Only the fields set on ``update`` are sent: the others keep their value."""
+        body = update.model_dump(mode="json", exclude_unset=True)
+        return api.UserQuota.model_validate(
+            self._send("PUT", f"/admin/quotas/{user}", json=body).json()
+        )

@@ -165,6 +165,12 @@ class MissingBlobs(Rejected):
     code = "admission.missing_blobs"
 
 
+class QuotaRejected(Rejected):
+    """The user's quota can never allow the run (a profile it excludes, more than its limits)."""
+
+    code = "admission.quota"
+
+
 class BlobDigestMismatch(StarForgeError):
     code = "blobs.digest_mismatch"
     http_status = 400
@@ -177,6 +183,10 @@ class NotFound(StarForgeError):
 
 class RunNotFound(NotFound):
     code = "runs.not_found"
+
+
+class UserNotFound(NotFound):
+    code = "users.not_found"
 
 
 class AmbiguousRun(StarForgeError):

@@ -119,6 +119,9 @@ class JobSpec(Strict):
     hyperparams: dict[str, Any] = Field(default_factory=dict)
     image: str = ""
     provenance: Provenance
+    # Where the run's curves live for an ``external``-observability method (e.g. a W&B project);
+    # empty for ``platform`` methods, whose curves the control plane keeps itself.
+    observability_url: str = ""
 
     @field_validator("project", "experiment")
     @classmethod

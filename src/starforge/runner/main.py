@@ -4,6 +4,11 @@ The entrypoint's stdout and stderr go straight into the attempt's log file (a pl
 shared storage, so logs survive anything that happens to the server). The child shares the
 runner's process group, so the executor's SIGTERM to the group reaches the training itself, which
 checkpoints and exits; the runner outlives it to report the exit code.
+
+Reports and heartbeats go through :class:`~starforge.runner.report.Reporter` in the background:
+the training starts and ends whether or not the server answers. When the server says the
+attempt is over (it was finalised without this runner, or a newer attempt took over), the runner
+terminates its training (SIGTERM, SIGKILL after ``FENCE_GRACE_S``) so no attempt runs twice.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import IO
@@ -25,10 +31,11 @@ from starforge.contract.errors import RunnerError, StarForgeError
 from starforge.contract.jobspec import JobSpec, Manifest
 from starforge.contract.states import EndReason
 from starforge.runner.preflight import check_packages
-from starforge.runner.report import Reporter, write_exit_record
+from starforge.runner.report import Reporter, write_exit_record, write_runner_record
 from starforge.runner.unpack import MARKER, manifest_digest, unpack
 
 SIGTERM_EXIT = 128 + signal.SIGTERM
+FENCE_GRACE_S = 30.0
 _PEER_UNPACK_WAIT_S = 600.0
 
 
@@ -36,19 +43,30 @@ class Runner:
     def __init__(self, binding: Binding, log: IO[bytes]) -> None:
         self.binding = binding
         self.log = log
-        self.reporter = Reporter(binding, self.say)
+        self.reporter = Reporter(binding, self.say, on_fenced=self.on_fenced)
         self.child: subprocess.Popen[bytes] | None = None
         self.terminating = False
+        self._say_lock = threading.Lock()
 
     def say(self, message: str) -> None:
         stamp = time.strftime("%H:%M:%S")
-        self.log.write(f"[starforge {stamp}] {message}\n".encode())
-        self.log.flush()
+        with self._say_lock:  # the reporter thread speaks too
+            self.log.write(f"[starforge {stamp}] {message}\n".encode())
+            self.log.flush()
 
     def on_sigterm(self, signum: int, frame: object) -> None:
         self.terminating = True
         if self.child is not None and self.child.poll() is None:
             self.child.send_signal(signal.SIGTERM)
+
+    def on_fenced(self, why: str) -> None:
+        """The control plane ended this attempt: stop training, force it after a grace."""
+        self.on_sigterm(signal.SIGTERM, None)
+        child = self.child
+        if child is not None:
+            timer = threading.Timer(FENCE_GRACE_S, lambda: child.poll() is None and child.kill())
+            timer.daemon = True
+            timer.start()
 
     def _load(self) -> tuple[JobSpec, Manifest]:
         data = json.loads((Path(self.binding.run_dir) / "state" / "run.json").read_text())
@@ -104,6 +122,9 @@ class Runner:
     def run(self) -> int:
         b = self.binding
         self.say(f"run {b.run_id} attempt {b.attempt} node {b.node_rank}/{b.nnodes} starting")
+        if b.resume_from:
+            self.say(f"resuming from {b.resume_from}")
+        self.reporter.start()
         self.reporter.send("starting")
         try:
             spec, manifest = self._load()
@@ -138,8 +159,8 @@ class Runner:
             f"attempt {self.binding.attempt} node {self.binding.node_rank} exited with code {code}"
         )
         write_exit_record(self.binding, code, reason)
-        self.reporter.send("exited", exit_code=code, end_reason=reason, patience_s=60.0)
-        self.reporter.close()
+        self.reporter.send("exited", exit_code=code, end_reason=reason)
+        self.reporter.close(patience_s=60.0)
         return code
 
 
@@ -148,6 +169,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m starforge.runner BINDING_JSON", file=sys.stderr)
         return 2
     binding = Binding.model_validate_json(Path(argv[0]).read_text())
+    write_runner_record(binding)  # first: a server that never recorded this start adopts it
     Path(binding.log_path).parent.mkdir(parents=True, exist_ok=True)
     with open(binding.log_path, "ab", buffering=0) as log:
         runner = Runner(binding, log)

@@ -18,12 +18,14 @@ from fastapi import Depends, FastAPI
 
 from starforge import __version__
 from starforge.contract.api import API_PREFIX
-from starforge.server.api import blobs, deps, errors, lifecycle, meta, runs
+from starforge.server.api import blobs, cluster, deps, errors, ingest, lifecycle, meta, runs, stream
+from starforge.server.console import routes as console
+from starforge.server.db import tables as _tables  # noqa: F401  (registers every ORM table)
 from starforge.server.executors.base import Executor
 from starforge.server.loops.reconciler import reconciler_loop
 from starforge.server.loops.scheduler import scheduler_loop
 from starforge.server.runtime import Runtime, build_runtime
-from starforge.server.services import users
+from starforge.server.services import quota, users
 from starforge.server.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -35,6 +37,7 @@ def register_local_user(rt: Runtime) -> str:
     name = users.local_user_name()
     with rt.transaction() as session:
         users.ensure_user(session, name, token)
+        quota.make_admin(session, name)  # the embedded server's one user administers it
     return name
 
 
@@ -73,6 +76,8 @@ def create_app(
     app = FastAPI(title="StarForge", version=__version__, lifespan=lifespan)
     errors.install(app)
     gate = [Depends(deps.check_client_version)]
-    for module in (meta, blobs, runs, lifecycle):
+    for module in (meta, blobs, runs, lifecycle, ingest, stream):
         app.include_router(module.router, prefix=API_PREFIX, dependencies=gate)
+    app.include_router(cluster.router, prefix=API_PREFIX, dependencies=gate)
+    console.install(app)
     return app

@@ -8,6 +8,9 @@ after loading, so moving ``home`` moves everything that was not set explicitly.
 The inventory (which nodes and GPUs the local executor may hand out) is either declared or
 detected: ``nvidia-smi`` where it lists GPUs (one node), else a virtual cluster so a laptop or CI
 exercises the resource model with jobs running on the CPU.
+
+Quotas: ``quota_defaults`` are the limits of every user an admin gave no quota of their own
+(``sf admin quota set``); by default nobody is limited and every profile is allowed.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from starforge.contract.api import Quota
 from starforge.contract.profiles import ProfileDef
 
 # The YAML file's location depends on ``home``, which itself may come from the caller or the
@@ -44,6 +48,12 @@ class NodeDef(BaseModel):
     name: str
     series: str
     gpus: int = Field(ge=0)
+
+
+class QuotaDefaults(Quota):
+    """``quota_defaults`` in server.yaml: a typo is an error, not a silently ignored key."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 def default_profiles() -> list[ProfileDef]:
@@ -110,9 +120,18 @@ class Settings(BaseSettings):
     executor: Literal["local"] = "local"
     runner_command: list[str] = Field(default_factory=default_runner_command)
     stop_grace_s: float = Field(default=10.0, ge=0)
+    # Lifecycle: a pause waits this long for the checkpoint before SIGKILL; runners beat every
+    # heartbeat_s and one silent for lost_after_s (counted from this server's start at the
+    # earliest, so a restart never condemns runners that could not reach it) is node_lost.
+    pause_grace_s: float = Field(default=120.0, ge=0)
+    heartbeat_s: float = Field(default=5.0, gt=0)
+    lost_after_s: float = Field(default=30.0, gt=0)
     embedded: bool = True
     profiles: list[ProfileDef] = Field(default_factory=default_profiles)
     inventory: list[NodeDef] | None = None
+    quota_defaults: QuotaDefaults = Field(default_factory=QuotaDefaults)
+    # A run queued this long goes ahead of fair share (oldest first) within its priority.
+    fair_share_patience_s: float = Field(default=1800.0, ge=0)
     hf_offline: bool = True
 
     @model_validator(mode="after")

@@ -1,4 +1,5 @@
-"""Submitting, listing, reading, stopping runs, and reading their logs."""
+"""Submitting, listing and reading runs, the user actions on them (stop, pause, resume, retry;
+each answered accepted or rejected-with-reason), and reading their logs."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from starforge.contract.api import (
 )
 from starforge.contract.states import JobStatus
 from starforge.server.api.deps import RuntimeDep, UserDep
-from starforge.server.services import jobs, logs
+from starforge.server.services import actions, jobs, logs
 
 router = APIRouter()
 
@@ -47,7 +48,22 @@ def get_run(ref: str, rt: RuntimeDep, user: UserDep) -> RunView:
 
 @router.post("/runs/{ref}/stop", response_model=ActionResult)
 def stop_run(ref: str, rt: RuntimeDep, user: UserDep) -> ActionResult:
-    return jobs.stop(rt, user, ref)
+    return actions.stop(rt, user, ref)
+
+
+@router.post("/runs/{ref}/pause", response_model=ActionResult)
+def pause_run(ref: str, rt: RuntimeDep, user: UserDep) -> ActionResult:
+    return actions.pause(rt, user, ref)
+
+
+@router.post("/runs/{ref}/resume", response_model=ActionResult)
+def resume_run(ref: str, rt: RuntimeDep, user: UserDep) -> ActionResult:
+    return actions.resume(rt, user, ref)
+
+
+@router.post("/runs/{ref}/retry", response_model=ActionResult)
+def retry_run(ref: str, rt: RuntimeDep, user: UserDep) -> ActionResult:
+    return actions.retry(rt, user, ref)
 
 
 @router.get("/runs/{ref}/logs", response_model=LogChunk)

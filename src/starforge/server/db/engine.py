@@ -64,4 +64,4 @@ def alembic_config(engine: Engine) -> Config:
 
 def migrate(engine: Engine) -> None:
     """Bring the schema to the newest revision (a no-op when it is already there)."""
-    command.upgrade(alembic_config(engine), "heads")
+    command.upgrade(alembic_config(engine), "head")

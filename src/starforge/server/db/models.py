@@ -60,6 +60,8 @@ class User(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(100), unique=True)
     token_sha256: Mapped[str] = mapped_column(String(64), index=True)
+    # "admin" may set quotas; the embedded server's local user is one
+    role: Mapped[str] = mapped_column(String(20), default="user", server_default="user")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
@@ -84,6 +86,10 @@ class Run(Base):
     idempotency_key: Mapped[str] = mapped_column(String(128))
     run_token_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
     current_attempt: Mapped[int] = mapped_column(Integer, default=0)
+    # Auto-retry: the limit chosen at submit (None = the method's default) and how many
+    # automatic requeues happened since the last user action (resume/retry reset it).
+    max_retries: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    auto_retries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
@@ -129,6 +135,8 @@ class Attempt(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     end_reason: Mapped[str | None] = mapped_column(String(40), nullable=True)
     log_path: Mapped[str] = mapped_column(Text, default="")
+    resumed_from: Mapped[str | None] = mapped_column(Text, nullable=True)  # checkpoint path
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
     run: Mapped[Run] = relationship(back_populates="attempts")
 

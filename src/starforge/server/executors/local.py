@@ -6,6 +6,10 @@ The reference is ``local:<pgid>``. Handles of processes this server started are 
 they are reaped (no zombies); processes started by an earlier server are checked through
 ``/proc/<pid>/stat`` (gone or a zombie means dead). ``stop`` sends SIGTERM to the group and
 schedules a SIGKILL after the grace period on a timer thread, so it never blocks the event loop.
+
+Liveness is the runner's (the group leader's): a runner killed with SIGKILL leaves its training
+running in the group, so a lost runner's group is ``kill``-ed at once. ``adopt`` turns a runner's
+own record (pid, pgid) back into a reference, for a start the server died before recording.
 """
 
 from __future__ import annotations
@@ -100,6 +104,18 @@ class LocalExecutor:
                 del self._procs[pid]
                 return False
         return pid_alive(pid)
+
+    def adopt(self, record: dict[str, object]) -> str | None:
+        """The reference of the live runner a runner record names, or None."""
+        pid, pgid = record.get("pid"), record.get("pgid")
+        if not isinstance(pid, int) or not isinstance(pgid, int) or pid != pgid:
+            return None  # a local runner leads its own group
+        return f"{PREFIX}{pgid}" if pid_alive(pid) else None
+
+    def kill(self, ref: str) -> None:
+        """SIGKILL the whole group now (what a lost runner left running)."""
+        self._signal(parse_ref(ref), signal.SIGKILL)
+        self.reap()
 
     def stop(self, ref: str, grace_s: float) -> None:
         pgid = parse_ref(ref)

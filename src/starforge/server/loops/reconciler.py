@@ -1,7 +1,10 @@
-"""The reconciler loop: once a second, finalise attempts whose runners went away unreported.
+"""The reconciler loop: once a second, settle attempts whose runners did not say how they ended.
 
-Like the scheduler it works in a worker thread under the runtime's loop lock, so it never sees an
-attempt whose nodes are being started.
+On start it publishes the control plane's beacon (URL, heartbeat interval) at the storage root,
+so runners that outlived an earlier server find this one. Each tick runs
+:func:`starforge.server.services.reconcile.reconcile` in a worker thread under the runtime's loop
+lock, so it never sees an attempt whose nodes are being started. A tick that fails is logged and
+the next one runs: every tick decides from the database and the run dirs alone.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import asyncio
 import logging
 
 from starforge.server.runtime import Runtime
-from starforge.server.services import dispatch
+from starforge.server.services import lifecycle, reconcile
 
 log = logging.getLogger(__name__)
 TICK_S = 1.0
@@ -18,10 +21,14 @@ TICK_S = 1.0
 
 def run_tick(rt: Runtime) -> None:
     with rt.loop_lock:
-        dispatch.reconcile(rt)
+        reconcile.reconcile(rt)
 
 
 async def reconciler_loop(rt: Runtime) -> None:
+    try:
+        await asyncio.to_thread(lifecycle.publish_beacon, rt)
+    except OSError:
+        log.exception("could not publish the control plane's beacon")
     while True:
         try:
             await asyncio.to_thread(run_tick, rt)

@@ -6,7 +6,9 @@ naming what was wrong and what to do. Order: catalog handshake (the submission's
 server's catalog), profiles, fit against the inventory, required inputs, the image, shared inputs
 on disk, package inputs in the manifest, blobs present, the entrypoint in the package, and the
 recorded parameters and framework checks again (the client's validation is not trusted).
-Capacity that is merely busy is not checked here: the run queues.
+Capacity that is merely busy is not checked here: the run queues. Nor is a quota that is merely
+in use by the user's other runs (the run queues); a quota that can never allow the run (a profile
+it excludes, more GPUs than its limits) is rejected with the numbers, right after the fit.
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ from starforge.catalog.adapters.base import run_config
 from starforge.catalog.checks import CheckContext, run_checks
 from starforge.catalog.loader import EntrypointKind, Method, get_method
 from starforge.catalog.locks import lock_state
-from starforge.contract import images, params
+from starforge.contract import images, observability, params
+from starforge.contract.api import Quota
 from starforge.contract.errors import (
     CatalogMismatch,
     MissingBlobs,
     MissingInput,
     ParamError,
+    QuotaRejected,
     Rejected,
 )
 from starforge.contract.jobspec import InputKind, JobSpec, Manifest
@@ -121,6 +125,17 @@ def check_fit(pools: list[Pool], inventory: list[NodeDef]) -> None:
         )
 
 
+def check_quota(pools: list[Pool], quota: Quota) -> None:
+    why = scheduler.beyond_quota(pools, scheduler.Limits.of(quota))
+    if why is not None:
+        raise QuotaRejected(
+            f"your quota can never allow this run: {why}",
+            hint="ask an admin to change your quota (`sf admin quota set USER ...`); "
+            "`sf status` shows yours",
+            details={"quota": quota.model_dump(), "pools": [p.model_dump() for p in pools]},
+        )
+
+
 def check_inputs(spec: JobSpec, method: Method, manifest: Manifest) -> None:
     missing = [
         name
@@ -175,6 +190,22 @@ def check_package(spec: JobSpec, method: Method, manifest: Manifest, storage: St
         )
 
 
+def check_observability(
+    spec: JobSpec, method: Method, manifest: Manifest, storage: Storage
+) -> None:
+    """Platform methods refuse --observability-url, external ones need it; an external method's
+    experiment may opt into the platform in its config (``starforge: {observability: platform}``).
+    """
+    by_path = {f.path: f.sha256 for f in manifest.files}
+
+    def read(rel: str) -> str | None:
+        digest = by_path.get(rel)
+        return storage.blob_path(digest).read_text() if digest else None
+
+    mode = observability.mode_of(method.observability, run_config(spec, method, read))
+    observability.check_url(mode, spec.observability_url, method.id)
+
+
 def admit(
     spec: JobSpec,
     manifest: Manifest,
@@ -182,14 +213,18 @@ def admit(
     profiles: list[ProfileDef],
     inventory: list[NodeDef],
     storage: Storage,
+    quota: Quota | None = None,
 ) -> Admitted:
     """Check a submission end to end; raise the first problem found."""
     method, warnings = check_catalog(spec)
     pools = resolve(parse_profile_args(spec.profiles), profiles, method.roles)
     check_fit(pools, inventory)
+    if quota is not None:
+        check_quota(pools, quota)
     check_inputs(spec, method, manifest)
     check_image(spec, method)
     check_package(spec, method, manifest, storage)
+    check_observability(spec, method, manifest, storage)
     check_params(spec, method, manifest, storage, pools)
     if spec.provenance.git_dirty:
         warnings.append("submitted from a tree with uncommitted changes")

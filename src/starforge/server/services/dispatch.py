@@ -6,9 +6,13 @@ allocation and per-node records, a fresh run token (only its sha256 is stored) a
 binding files. Only after that commit does :func:`start_attempt` ask the executor to start each
 node and record the references. A start failure ends the attempt as ``startup_failed``.
 
-:func:`reconcile` looks at every active attempt: a node whose process is gone without an
-``exited`` event is finalised from its exit record file when there is one, else treated as lost.
-Both are safe to kill at any line and rerun: they act only on what the database says.
+An attempt after the first (resume, retry, auto-retry) starts from the run's latest checkpoint
+(``services/checkpoints``), recorded on the attempt and handed to the runner as ``resume_from``.
+
+:func:`reconcile` (``services/reconcile``) looks at every active attempt: a node whose process is
+gone or silent without an ``exited`` event is finalised from its exit record file when there is
+one, else treated as lost. Both are safe to kill at any line and rerun: they act only on what the
+database says.
 """
 
 from __future__ import annotations
@@ -23,13 +27,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from starforge.contract.env import Binding
-from starforge.contract.errors import StarForgeError
 from starforge.contract.profiles import Pool
 from starforge.contract.states import ACTIVE, EndReason, JobStatus
 from starforge.server import statemachine
 from starforge.server.db.models import Attempt, Run, utcnow
 from starforge.server.runtime import Runtime
-from starforge.server.services import lifecycle, scheduler
+from starforge.server.services import checkpoints, lifecycle, quota, scheduler
 from starforge.server.services.users import token_digest
 
 log = logging.getLogger(__name__)
@@ -81,28 +84,41 @@ def run_dir_of(rt: Runtime, run: Run) -> Path:
 
 
 def schedule_pass(rt: Runtime) -> list[StartOrder]:
-    """Place what fits now; each placement is committed before the next one is considered."""
-    with rt.transaction() as session:
-        queued = session.scalars(select(Run).where(Run.status == JobStatus.QUEUED.value)).all()
-        order = [r.id for r in scheduler.order_queue(queued)]
+    """Decide the whole queue at once (``scheduler.plan``: priority, fair share, quotas, gang,
+    reservations), then commit each start in its own transaction, re-checking that the run is
+    still queued and its GPUs still free, then store the reasons of the runs that wait."""
+    if not quota.any_gpu_free(rt):  # a full cluster starts nothing: skip reading the queue
+        return []
+    snap = quota.read_snapshot(rt)  # one consistent read that holds no write lock
+    decisions = quota.decide(rt, snap)
     orders: list[StartOrder] = []
-    for run_id in order:
+    for decision in decisions:
+        if decision.slots is None:
+            continue
         with rt.transaction() as session:
-            run = session.get(Run, run_id, with_for_update=True)
+            run = session.get(Run, decision.run_id, with_for_update=True)
             if run is None or run.status != JobStatus.QUEUED:
                 continue  # stopped meanwhile
             free = scheduler.free_gpus(rt.inventory, held_gpus(session))
-            placed = place_run(rt, session, run, free)
+            if not scheduler.slots_are_free(decision.slots, free):
+                continue  # the next pass decides it again
+            placed = place_run(rt, session, run, free, slots=decision.slots)
         if placed is not None:
             orders.append(placed)
+    quota.save_reasons(rt, snap, decisions)
     return orders
 
 
 def place_run(
-    rt: Runtime, session: Session, run: Run, free: dict[str, scheduler.FreeNode]
+    rt: Runtime,
+    session: Session,
+    run: Run,
+    free: dict[str, scheduler.FreeNode],
+    slots: list[scheduler.Slot] | None = None,
 ) -> StartOrder | None:
+    """Commit ``run``'s placement: ``slots`` the pass chose, else a best fit in ``free``."""
     pools = [Pool.model_validate(p) for p in run.pools]
-    slots = scheduler.place(pools, free)
+    slots = slots if slots is not None else scheduler.place(pools, free)
     if slots is None:
         reason = scheduler.shortfall(pools, free)
         if run.reason != reason:  # why it waits is not a status change: no event
@@ -130,6 +146,9 @@ def place_run(
         started_at=utcnow(),
         log_path=str(rt.storage.log_path(run_dir, number, 0)),
     )
+    # A resumed, retried or auto-retried run continues from its latest checkpoint.
+    latest = checkpoints.latest(run_dir / "out") if number > 1 else None
+    attempt.resumed_from = str(latest.path) if latest else None
     session.add(attempt)
     run.current_attempt = number
     run.run_token_sha256 = token_digest(token)
@@ -141,12 +160,21 @@ def place_run(
         reason=f"attempt {number} placed on {where}",
         actor="scheduler",
     )
-    starts = write_bindings(rt, run, number, slots, pools, token)
+    starts = write_bindings(
+        rt, run, number, slots, pools, token, resume_from=attempt.resumed_from or ""
+    )
     return StartOrder(run.id, number, starts)
 
 
 def write_bindings(
-    rt: Runtime, run: Run, number: int, slots: list[scheduler.Slot], pools: list[Pool], token: str
+    rt: Runtime,
+    run: Run,
+    number: int,
+    slots: list[scheduler.Slot],
+    pools: list[Pool],
+    token: str,
+    *,
+    resume_from: str = "",
 ) -> list[NodeStart]:
     run_dir = run_dir_of(rt, run)
     if not rt.storage.run_json_path(run_dir).exists():  # the database is the source of truth
@@ -179,6 +207,7 @@ def write_bindings(
             pool=slot.pool,
             endpoint=rt.url,
             run_token=token,
+            resume_from=resume_from,
             hf_offline=rt.settings.hf_offline,
             extra_env=dict(prof.env) if prof else {},
         )
@@ -203,12 +232,20 @@ def start_attempt(rt: Runtime, order: StartOrder) -> None:
     with rt.transaction() as session:
         run = session.get(Run, order.run_id, with_for_update=True)
         assert run is not None
-        outcome = record_starts(session, run, order.attempt, refs, error)
+        outcome = record_starts(
+            session, run, order.attempt, refs, error, pause_grace_s=rt.settings.pause_grace_s
+        )
     lifecycle.act_on(rt, outcome)
 
 
 def record_starts(
-    session: Session, run: Run, number: int, refs: dict[int, str], error: str | None
+    session: Session,
+    run: Run,
+    number: int,
+    refs: dict[int, str],
+    error: str | None,
+    *,
+    pause_grace_s: float | None = None,
 ) -> lifecycle.Outcome:
     attempt = run.attempt(number)
     assert attempt is not None
@@ -229,12 +266,14 @@ def record_starts(
         outcome = lifecycle.finish_attempt(session, run, attempt, "scheduler")
         if outcome is not None:
             return outcome
-    if attempt.ended_at is not None or run.status == JobStatus.STOPPING:
-        # A stop (or the attempt's end) landed while the nodes were being started.
+    if attempt.ended_at is not None or run.status in (JobStatus.STOPPING, JobStatus.PAUSING):
+        # A stop or pause (or the attempt's end) landed while the nodes were being started.
         live = [
             ref for rank, ref in refs.items() if nodes[str(rank)].get("state") != lifecycle.EXITED
         ]
-        return lifecycle.Outcome(True, "stop after start", stop_refs=live)
+        pausing = run.status == JobStatus.PAUSING and attempt.ended_at is None
+        grace = pause_grace_s if pausing else None
+        return lifecycle.Outcome(True, "stop after start", stop_refs=live, grace_s=grace)
     return lifecycle.Outcome(True, "started")
 
 
@@ -251,56 +290,7 @@ def _note_in_log(path: Path, message: str) -> None:
 
 
 def reconcile(rt: Runtime) -> None:
-    """Finalise nodes whose runner is gone without having reported its exit."""
-    outcomes = []
-    with rt.transaction() as session:
-        for run, attempt in active_attempts(session, lock=True):
-            outcome = reconcile_attempt(rt, session, run, attempt)
-            if outcome is not None:
-                outcomes.append(outcome)
-    for outcome in outcomes:
-        lifecycle.act_on(rt, outcome)
-    reap = getattr(rt.executor, "reap", None)
-    if callable(reap):
-        reap()
+    """Finalise nodes whose runner is gone, silent or never recorded (see services/reconcile)."""
+    from starforge.server.services import reconcile as reconciler  # it imports this module
 
-
-def reconcile_attempt(
-    rt: Runtime, session: Session, run: Run, attempt: Attempt
-) -> lifecycle.Outcome | None:
-    nodes = attempt.nodes
-    changed = False
-    run_dir = run_dir_of(rt, run)
-    for rank, node in nodes.items():
-        if node.get("state") == lifecycle.EXITED:
-            continue
-        ref = node.get("ref")
-        if ref is None:
-            why = "its runner was never started (the server stopped while starting it)"
-            lifecycle.record_exit(
-                node, None, lost=True, why=why, end_reason=EndReason.STARTUP_FAILED.value
-            )
-            changed = True
-            continue
-        try:
-            alive = rt.executor.is_alive(str(ref))
-        except StarForgeError:
-            log.exception("cannot check %s of run %s", ref, run.id)
-            continue
-        if alive:
-            continue
-        record = rt.storage.read_exit_record(
-            rt.storage.exit_record_path(run_dir, attempt.number, int(rank))
-        )
-        if record is not None:
-            reason = record.get("end_reason")
-            lifecycle.record_exit(
-                node, int(record["exit_code"]), end_reason=str(reason) if reason else None
-            )
-        else:
-            lifecycle.record_exit(node, None, lost=True)
-        changed = True
-    if not changed:
-        return None
-    attempt.set_nodes(nodes)
-    return lifecycle.finish_attempt(session, run, attempt, "reconciler")
+    reconciler.reconcile(rt)

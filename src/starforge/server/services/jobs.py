@@ -1,4 +1,5 @@
-"""Runs as the user sees them: submit, list, get (by id or prefix), stop.
+"""Runs as the user sees them: submit, list, get (by id or prefix); user actions (stop, pause,
+resume, retry) live in ``services/actions``.
 
 Submit is idempotent per (user, idempotency key): the first request creates the run, any later
 one returns that run with ``created=False``. The unique constraint on the pair makes this hold
@@ -30,11 +31,11 @@ from starforge.contract.errors import AmbiguousRun, RunNotFound
 from starforge.contract.jobspec import JobSpec
 from starforge.contract.names import new_run_id
 from starforge.contract.profiles import Pool
-from starforge.contract.states import ACTIVE, EndReason, JobStatus
+from starforge.contract.states import EndReason, JobStatus
 from starforge.server import statemachine
 from starforge.server.db.models import Attempt, Run
 from starforge.server.runtime import Runtime
-from starforge.server.services import admission, scheduler
+from starforge.server.services import admission, lifecycle, quota
 
 log = logging.getLogger(__name__)
 MAX_CANDIDATES = 8
@@ -50,12 +51,14 @@ def _find_by_key(session: Session, user: str, key: str) -> Run | None:
 
 
 def queue_position(session: Session, run: Run) -> int | None:
-    """1-based place of a queued run in the queue order, None when it is not queued."""
+    """1-based place of a queued run by priority then age, None when it is not queued.
+
+    One COUNT, so a submit costs the same with 10 or 10,000 runs queued. The scheduler also
+    shares GPUs fairly between users: a run's view (``sf job status``) has its live place.
+    """
     if run.status != JobStatus.QUEUED:
         return None
-    queued = session.scalars(select(Run).where(Run.status == JobStatus.QUEUED.value)).all()
-    ordered = scheduler.order_queue(queued)
-    return next((i + 1 for i, r in enumerate(ordered) if r.id == run.id), None)
+    return quota.priority_position(session, run)
 
 
 def _response(session: Session, run: Run, *, created: bool, warnings: list[str]) -> SubmitResponse:
@@ -88,6 +91,7 @@ def _new_run(user: str, req: SubmitRequest, admitted: admission.Admitted) -> Run
         gpus=admitted.gpus,
         idempotency_key=req.idempotency_key,
         current_attempt=0,
+        max_retries=req.max_retries,
     )
 
 
@@ -97,15 +101,18 @@ def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
         existing = _find_by_key(session, user, req.idempotency_key)
         if existing is not None:
             return _response(session, existing, created=False, warnings=[])
+        limits, _ = quota.effective(session, rt.settings, user)
     admitted = admission.admit(
         req.spec,
         req.manifest,
         profiles=rt.settings.profiles,
         inventory=rt.inventory,
         storage=rt.storage,
+        quota=limits,
     )
     spec = req.spec
     run = _new_run(user, req, admitted)
+    run.priority = limits.priority  # the queue orders by the user's priority at submit
     run_dir = rt.storage.run_dir(user, spec.project, spec.experiment, run.id)
     try:
         with rt.transaction() as session:
@@ -176,6 +183,8 @@ def _attempt_view(a: Attempt) -> AttemptView:
         exit_code=a.exit_code,
         end_reason=EndReason(a.end_reason) if a.end_reason else None,
         log_path=a.log_path,
+        resumed_from=a.resumed_from,
+        heartbeat_at=a.heartbeat_at,
     )
 
 
@@ -225,12 +234,16 @@ def view(rt: Runtime, run: Run, *, full: bool = True) -> RunView:
         if full
         else [],
         spec=spec if full else None,
+        auto_retries=run.auto_retries or 0,
+        max_retries=lifecycle.retry_limit(run),
     )
 
 
 def get(rt: Runtime, user: str, ref: str) -> RunView:
     with rt.transaction() as session:
-        return view(rt, resolve(session, user, ref))
+        found = view(rt, resolve(session, user, ref))
+    quota.explain(rt, [found])  # a queued run: its place and why it waits (read without the lock)
+    return found
 
 
 def list_runs(
@@ -243,7 +256,9 @@ def list_runs(
         rows = session.scalars(
             query.order_by(Run.created_at.desc(), Run.id.desc()).limit(limit)
         ).all()
-        return [view(rt, r, full=False) for r in rows]
+        views = [view(rt, r, full=False) for r in rows]
+    quota.explain(rt, views)  # queued runs: their place and why they wait (read without the lock)
+    return views
 
 
 def count_runs(rt: Runtime, user: str) -> int:
@@ -251,49 +266,11 @@ def count_runs(rt: Runtime, user: str) -> int:
         return int(session.scalar(select(func.count()).where(Run.user == user)) or 0)
 
 
-# ---- stop -------------------------------------------------------------------------------------
-
-
-def _live_refs(attempt: Attempt | None) -> list[str]:
-    if attempt is None or attempt.ended_at is not None:
-        return []
-    return [n["ref"] for n in attempt.nodes.values() if n.get("ref") and n.get("state") != "exited"]
+# ---- stop (moved to services/actions with pause, resume and retry) ----------------------------
 
 
 def stop(rt: Runtime, user: str, ref: str) -> ActionResult:
-    """Stop a run: at once when it holds nothing, else through ``stopping`` and its runners."""
-    refs: list[str] = []
-    with rt.transaction() as session:
-        run = resolve(session, user, ref)
-        session.refresh(run, with_for_update=True)  # row lock on PostgreSQL; SQLite is serial
-        status = JobStatus(run.status)
-        if status.is_terminal:
-            return ActionResult(
-                accepted=False, status=status, message=f"run {run.id} already {status.value}"
-            )
-        if status is JobStatus.STOPPING:
-            return ActionResult(
-                accepted=False, status=status, message=f"run {run.id} is already stopping"
-            )
-        if status in (JobStatus.QUEUED, JobStatus.PAUSED):
-            statemachine.transition(
-                session,
-                run,
-                JobStatus.STOPPED,
-                reason="stopped by user",
-                actor=user,
-                end_reason=EndReason.STOPPED_BY_USER,
-            )
-            message = f"run {run.id} stopped (it held no resources)"
-        else:
-            assert status in ACTIVE
-            statemachine.transition(
-                session, run, JobStatus.STOPPING, reason="stop requested by user", actor=user
-            )
-            refs = _live_refs(run.current)
-            message = f"run {run.id} is stopping"
-        result = ActionResult(accepted=True, status=JobStatus(run.status), message=message)
-    for node_ref in refs:  # after commit: the decision is saved before it is acted on
-        rt.executor.stop(node_ref, rt.settings.stop_grace_s)
-    rt.wake_scheduler()
-    return result
+    """Stop a run; see :func:`starforge.server.services.actions.stop`."""
+    from starforge.server.services import actions  # actions imports this module
+
+    return actions.stop(rt, user, ref)

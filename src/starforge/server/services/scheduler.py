@@ -1,91 +1,73 @@
-"""Placement: which GPUs of which nodes a run gets. Pure functions, no I/O, no database.
+"""The queue: one scheduler pass over every queued run. Pure functions, no I/O, no database.
 
-* :func:`free_gpus` subtracts the GPUs held by active attempts from the inventory.
-* :func:`place` places every pool of one run or none (all-or-nothing). Within a pool every node
-  rank gets a different node; each node gets the lowest free GPU indices. Nodes are chosen best-fit
-  (the fewest free GPUs that still fit, then by name) so large holes stay open for large runs.
-* :func:`order_queue` is the queue order: higher priority first, then older first.
-* :func:`shortfall` says, in words, why a run does not fit now.
-* :func:`never_fits` says why a run could not fit even on an idle cluster (admission rejects it).
+Placement of one run lives in :mod:`starforge.server.services.placement` (re-exported here, so
+callers say ``scheduler.place``). :func:`plan` is one pass: it decides start-now or wait-because
+for every queued run, in the order it considers them:
+
+* Order: higher priority first. Within a priority, fair share: the next run comes from the user
+  who holds the fewest GPUs (counting what this pass started), a user's own runs oldest first, so
+  one user's long queue never keeps another user's first run waiting. Fair share alone could keep
+  a heavy user's run behind a light user's stream forever, so a run queued longer than
+  ``patience_s`` goes ahead of fair share (oldest first) and reserves like any head. Plain
+  priority-then-age order (:func:`order_queue`) is what a single user sees.
+* Quota: a run that would take its user over a limit waits (it never fails) and reserves nothing.
+* Gang: all pools of a run are placed at once or not at all.
+* Reservation: a run that does not fit gets the nodes it will start on, chosen so that the fewest
+  running runs must end first. Runs have no time limit, so backfill cannot be judged by "ends
+  before the reserved start"; it is judged by "never touches what the reservation needs": a later
+  run may use a reserved node only for GPUs the reservation leaves spare (free now + what its
+  blockers release - what it needs). Every later run that does not fit reserves among the nodes
+  still unreserved, so a wide run starves behind neither narrow runs nor another series' queue.
+* Cost: during a pass free GPUs only shrink and reservations only grow, so a shape (series, nodes,
+  GPUs per node of each pool) that failed to place once fails for the rest of the pass. With that
+  cached, a pass over 10,000 queued runs costs little more than a loop over them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+import heapq
+from collections import deque
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Protocol, TypeVar
 
+from starforge.contract.api import Quota
 from starforge.contract.profiles import Pool
+from starforge.server.services.placement import (
+    FreeNode,
+    Slot,
+    free_gpus,
+    names,
+    never_fits,
+    place,
+    plural,
+    shortfall,
+    slots_are_free,
+)
 from starforge.server.settings import NodeDef
 
-
-@dataclass(frozen=True)
-class Slot:
-    """One node of a placed run: its global rank in the attempt and what it got."""
-
-    rank: int
-    pool: str
-    pool_rank: int
-    node: str
-    gpus: tuple[int, ...]
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "rank": self.rank,
-            "pool": self.pool,
-            "pool_rank": self.pool_rank,
-            "node": self.node,
-            "gpus": list(self.gpus),
-        }
-
-
-@dataclass(frozen=True)
-class FreeNode:
-    name: str
-    series: str
-    total: int
-    free: tuple[int, ...]
-
-
-def free_gpus(
-    inventory: Sequence[NodeDef], held: Iterable[tuple[str, Iterable[int]]]
-) -> dict[str, FreeNode]:
-    """The inventory minus ``held`` (node name, GPU indices) pairs; unknown nodes are ignored."""
-    taken: dict[str, set[int]] = {n.name: set() for n in inventory}
-    for node, gpus in held:
-        if node in taken:
-            taken[node].update(gpus)
-    return {
-        n.name: FreeNode(
-            n.name, n.series, n.gpus, tuple(i for i in range(n.gpus) if i not in taken[n.name])
-        )
-        for n in inventory
-    }
-
-
-def place(pools: Sequence[Pool], free: dict[str, FreeNode]) -> list[Slot] | None:
-    """Slots for every node of every pool, or None when any pool does not fit."""
-    remaining = {name: list(node.free) for name, node in free.items()}
-    slots: list[Slot] = []
-    for pool in pools:
-        used_by_pool: set[str] = set()
-        for pool_rank in range(pool.nodes):
-            candidates = [
-                n
-                for n in free.values()
-                if n.series == pool.series
-                and n.name not in used_by_pool
-                and len(remaining[n.name]) >= pool.gpus_per_node
-            ]
-            if not candidates:
-                return None
-            best = min(candidates, key=lambda n: (len(remaining[n.name]), n.name))
-            gpus = tuple(sorted(remaining[best.name])[: pool.gpus_per_node])
-            remaining[best.name] = [g for g in remaining[best.name] if g not in gpus]
-            used_by_pool.add(best.name)
-            slots.append(Slot(len(slots), pool.name, pool_rank, best.name, gpus))
-    return slots
+__all__ = [
+    "UNLIMITED",
+    "Blocker",
+    "Decision",
+    "FreeNode",
+    "Holding",
+    "Limits",
+    "QueuedRun",
+    "Slot",
+    "beyond_quota",
+    "free_gpus",
+    "never_fits",
+    "order_queue",
+    "place",
+    "plan",
+    "queue_key",
+    "run_needs",
+    "shortfall",
+    "slots_are_free",
+]
 
 
 class Queued(Protocol):
@@ -106,62 +88,521 @@ def order_queue(runs: Iterable[Q]) -> list[Q]:
     return sorted(runs, key=lambda r: queue_key(r.priority, r.created_at, r.id))
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+# ---- quotas -----------------------------------------------------------------------------------
 
 
-def shortfall(pools: Sequence[Pool], free: dict[str, FreeNode]) -> str:
-    """Why ``pools`` do not fit now, naming the free GPUs of each candidate node."""
-    parts = []
-    for pool in pools:
-        if place([pool], free) is not None:
-            continue
-        nodes = sorted((n for n in free.values() if n.series == pool.series), key=lambda n: n.name)
-        counts = [f"{len(n.free)} on {n.name}" for n in nodes]
-        if counts:
-            first = len(nodes[0].free)
-            counts[0] = f"{first} {'is' if first == 1 else 'are'} free on {nodes[0].name}"
-        parts.append(
-            f"waiting for {_plural(pool.nodes, 'node')} with {pool.gpus_per_node} free "
-            f"{pool.series} GPUs: {', '.join(counts) or f'no {pool.series} node exists'}"
+@dataclass(frozen=True)
+class Limits:
+    """A user's quota as the scheduler applies it (None: no limit)."""
+
+    max_gpus: int | None = None
+    max_gpus_per_series: Mapping[str, int] = field(default_factory=dict)
+    max_runs: int | None = None
+    allowed_profiles: frozenset[str] | None = None
+
+    @classmethod
+    def of(cls, quota: Quota) -> Limits:
+        allowed = quota.allowed_profiles
+        return cls(
+            max_gpus=quota.max_gpus,
+            max_gpus_per_series=dict(quota.max_gpus_per_series),
+            max_runs=quota.max_runs,
+            allowed_profiles=frozenset(allowed) if allowed is not None else None,
         )
-    if not parts:  # each pool fits alone but not all together
-        return "waiting for room for all pools of the run at once: " + ", ".join(
-            f"{n.name} has {len(n.free)} free" for n in free.values()
+
+    @property
+    def unlimited(self) -> bool:
+        return (
+            self.max_gpus is None
+            and self.max_runs is None
+            and not self.max_gpus_per_series
+            and self.allowed_profiles is None
         )
-    return "; ".join(parts)
 
 
-def never_fits(pools: Sequence[Pool], inventory: Sequence[NodeDef]) -> str | None:
-    """Why the run could not fit even on an idle cluster, or None when it could."""
-    for pool in pools:
-        nodes = [n for n in inventory if n.series == pool.series]
-        label = f"pool {pool.name!r} ({pool.profile})"
-        if not nodes:
-            series = ", ".join(sorted({n.series for n in inventory})) or "none"
-            return (
-                f"{label} needs {pool.series} GPUs but no node of this cluster has them "
-                f"(GPU series here: {series})"
-            )
-        biggest = max(n.gpus for n in nodes)
-        if pool.gpus_per_node > biggest:
-            return (
-                f"{label} needs {pool.gpus_per_node} GPUs per node but the largest "
-                f"{pool.series} node has {biggest}"
-            )
-        big_enough = [n for n in nodes if n.gpus >= pool.gpus_per_node]
-        if pool.nodes > len(big_enough):
-            return (
-                f"{label} needs {_plural(pool.nodes, 'node')} with {pool.gpus_per_node} "
-                f"{pool.series} GPUs each but the cluster has {len(big_enough)}"
-            )
-    if place(pools, free_gpus(inventory, [])) is None:
-        total = {
-            s: sum(n.gpus for n in inventory if n.series == s) for s in {p.series for p in pools}
-        }
-        need = ", ".join(
-            f"{sum(p.total_gpus for p in pools if p.series == s)} {s} (the cluster has {t})"
-            for s, t in sorted(total.items())
-        )
-        return f"all pools of the run together never fit this cluster: they need {need} GPUs"
+UNLIMITED = Limits()
+
+
+def run_needs(pools: Iterable[Pool]) -> dict[str, int]:
+    """GPUs per series of a run."""
+    need: dict[str, int] = {}
+    for p in pools:
+        need[p.series] = need.get(p.series, 0) + p.total_gpus
+    return need
+
+
+def beyond_quota(pools: Sequence[Pool], limits: Limits) -> str | None:
+    """Why ``limits`` can never allow this run, even with none of the user's runs active."""
+    if limits.allowed_profiles is not None:
+        refused = sorted({p.profile for p in pools} - limits.allowed_profiles)
+        if refused:
+            allowed = ", ".join(sorted(limits.allowed_profiles)) or "none"
+            return f"your quota does not allow profile {names(refused)} (allowed: {allowed})"
+    if limits.max_runs == 0:
+        return "your quota allows 0 runs at once"
+    need = run_needs(pools)
+    total = sum(need.values())
+    if limits.max_gpus is not None and total > limits.max_gpus:
+        return f"the run needs {total} GPUs but your quota allows {limits.max_gpus} at once"
+    for series, n in sorted(need.items()):
+        cap = limits.max_gpus_per_series.get(series)
+        if cap is not None and n > cap:
+            return f"the run needs {n} {series} GPUs but your quota allows {cap} at once"
     return None
+
+
+# ---- the pass ---------------------------------------------------------------------------------
+
+
+class Blocker(StrEnum):
+    STARTING = "starting"  # it fits now: this pass starts it
+    QUOTA = "quota"  # its user's quota is in use by the user's other runs
+    CAPACITY = "capacity"  # not enough free GPUs on nodes of its series
+    RESERVED = "reserved"  # the GPUs exist, but they are kept for a run ahead of it
+    NEVER = "never_fits"  # the cluster (as configured now) can never hold it
+
+
+@dataclass(slots=True)
+class QueuedRun:
+    """A queued run as the pass sees it; ``shape`` and ``need`` are derived once."""
+
+    id: str
+    user: str
+    priority: int
+    created_at: datetime
+    pools: tuple[Pool, ...]
+    shape: tuple[tuple[str, int, int], ...] = ()
+    profiles: frozenset[str] = frozenset()
+    need: dict[str, int] = field(default_factory=dict)
+    gpus: int = 0
+
+    def __post_init__(self) -> None:
+        self.shape = tuple((p.series, p.nodes, p.gpus_per_node) for p in self.pools)
+        self.profiles = frozenset(p.profile for p in self.pools)
+        self.need = run_needs(self.pools)
+        self.gpus = sum(self.need.values())
+
+    def like(self, run_id: str, user: str, priority: int, created_at: datetime) -> QueuedRun:
+        """Another run of the same pools, sharing the derived fields (a snapshot of 10,000
+        runs has a handful of shapes: each is derived once)."""
+        twin = object.__new__(QueuedRun)
+        twin.id, twin.user, twin.priority, twin.created_at = run_id, user, priority, created_at
+        twin.pools, twin.shape, twin.profiles = self.pools, self.shape, self.profiles
+        twin.need, twin.gpus = self.need, self.gpus
+        return twin
+
+
+@dataclass(frozen=True)
+class Holding:
+    """GPUs an active run holds on one node."""
+
+    run_id: str
+    user: str
+    node: str
+    gpus: tuple[int, ...]
+
+
+@dataclass(slots=True)
+class Decision:
+    run_id: str
+    user: str
+    position: int  # 1-based, in the order the pass considered the queue
+    blocker: Blocker
+    reason: str = ""
+    slots: list[Slot] | None = None  # the placement, when it starts
+    detail: str = ""
+    blocking_runs: tuple[str, ...] = ()
+    next_event: str = ""
+    reserved_nodes: tuple[str, ...] = ()
+
+    @property
+    def starts(self) -> bool:
+        return self.slots is not None
+
+
+@dataclass(slots=True)
+class _Use:
+    """What one user holds: GPUs by series and by run (in the order the runs were seen)."""
+
+    gpus: int = 0
+    by_series: dict[str, int] = field(default_factory=dict)
+    by_run: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def add(self, run_id: str, series: str, n: int) -> None:
+        self.gpus += n
+        self.by_series[series] = self.by_series.get(series, 0) + n
+        per = self.by_run.setdefault(run_id, {})
+        per[series] = per.get(series, 0) + n
+
+    def runs_on(self, series: str | None) -> list[str]:
+        return [r for r, per in self.by_run.items() if series is None or series in per]
+
+
+def _release_order(held: Mapping[str, int]) -> list[tuple[str, int]]:
+    """Runs whose end frees the most first: the fewest runs that must end come first."""
+    return sorted(held.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def _until(runs: Sequence[str]) -> str:
+    if len(runs) == 1:
+        return f"when {runs[0]} ends"
+    return f"when {names(list(runs))} have ended"
+
+
+Shape = tuple[tuple[str, int, int], ...]
+
+
+class _Pass:
+    """The mutable state of one pass: free GPUs, holders, usage, reservations, caches."""
+
+    def __init__(
+        self,
+        inventory: Sequence[NodeDef],
+        holdings: Iterable[Holding],
+        limits: Mapping[str, Limits],
+        default: Limits,
+    ) -> None:
+        self.inventory = list(inventory)
+        self.series = {n.name: n.series for n in inventory}
+        self.total = {n.name: n.gpus for n in inventory}
+        holdings = list(holdings)
+        start = free_gpus(inventory, ((h.node, h.gpus) for h in holdings))
+        self.free: dict[str, list[int]] = {name: list(n.free) for name, n in start.items()}
+        self.held: dict[str, dict[str, int]] = {n.name: {} for n in inventory}
+        self.use: dict[str, _Use] = {}
+        for h in holdings:
+            if h.node in self.held:  # a node gone from the inventory holds nothing here
+                self.held[h.node][h.run_id] = self.held[h.node].get(h.run_id, 0) + len(h.gpus)
+                self._use(h.user).add(h.run_id, self.series[h.node], len(h.gpus))
+        self.limits, self.default = limits, default
+        self.kept_for: dict[str, str] = {}  # reserved node -> the run it is kept for
+        self.spare: dict[str, int] = {}  # reserved node -> GPUs backfill may still take
+        self.failed: dict[Shape, tuple[Blocker, str]] = {}
+        self.unreservable: set[Shape] = set()
+        self.never: dict[Shape, str | None] = {}
+        self.quota_cache: dict[str, dict[tuple[Shape, frozenset[str]], str | None]] = {}
+        self.free_users = {u for u, lim in limits.items() if lim.unlimited}
+        self.default_free = default.unlimited
+        self._avail: dict[str, FreeNode] | None = None
+        self._real: dict[str, FreeNode] | None = None
+
+    def _use(self, user: str) -> _Use:
+        use = self.use.get(user)
+        if use is None:
+            use = self.use[user] = _Use()
+        return use
+
+    # ---- views of the free GPUs ---------------------------------------------------------------
+
+    def avail(self) -> dict[str, FreeNode]:
+        """Free GPUs as a run behind the reservations may use them."""
+        if self._avail is None:
+            self._avail = {
+                name: FreeNode(
+                    name,
+                    self.series[name],
+                    self.total[name],
+                    tuple(free[: self.spare[name]] if name in self.spare else free),
+                )
+                for name, free in self.free.items()
+            }
+        return self._avail
+
+    def real(self) -> dict[str, FreeNode]:
+        """Free GPUs ignoring reservations."""
+        if self._real is None:
+            self._real = {
+                name: FreeNode(name, self.series[name], self.total[name], tuple(free))
+                for name, free in self.free.items()
+            }
+        return self._real
+
+    def take(self, run: QueuedRun, slots: list[Slot]) -> None:
+        use = self._use(run.user)
+        for s in slots:
+            gpus = set(s.gpus)
+            self.free[s.node] = [g for g in self.free[s.node] if g not in gpus]
+            if s.node in self.spare:
+                self.spare[s.node] -= len(gpus)
+            self.held[s.node][run.id] = self.held[s.node].get(run.id, 0) + len(gpus)
+            use.add(run.id, self.series[s.node], len(gpus))
+        self.quota_cache.pop(run.user, None)
+        self._avail = self._real = None
+
+    # ---- quota ----------------------------------------------------------------------------------
+
+    def quota(self, run: QueuedRun) -> str | None:
+        """Why the user's quota keeps ``run`` waiting now, or None."""
+        if run.user in self.free_users or (self.default_free and run.user not in self.limits):
+            return None
+        key = (run.shape, run.profiles)
+        cache = self.quota_cache.setdefault(run.user, {})
+        if key not in cache:
+            cache[key] = self._quota(run)
+        return cache[key]
+
+    def _quota(self, run: QueuedRun) -> str | None:
+        lim = self.limits.get(run.user, self.default)
+        use = self.use.get(run.user) or _Use()
+        never = beyond_quota(run.pools, lim)
+        if never is not None:
+            return never
+        if lim.max_runs is not None and len(use.by_run) >= lim.max_runs:
+            runs = use.runs_on(None)
+            return f"your quota: {len(runs)} of {lim.max_runs} runs at once in use ({names(runs)})"
+        if lim.max_gpus is not None and use.gpus + run.gpus > lim.max_gpus:
+            return (
+                f"your quota: {use.gpus} of {lim.max_gpus} GPUs in use by runs "
+                f"{names(use.runs_on(None))}; this run needs {run.gpus}"
+            )
+        for series, n in sorted(run.need.items()):
+            cap = lim.max_gpus_per_series.get(series)
+            used = use.by_series.get(series, 0)
+            if cap is not None and used + n > cap:
+                return (
+                    f"your quota: {used} of {cap} {series} GPUs in use by runs "
+                    f"{names(use.runs_on(series))}; this run needs {n}"
+                )
+        return None
+
+    def quota_event(self, run: QueuedRun) -> tuple[str, tuple[str, ...]]:
+        """The earliest event that lifts the quota block: which of the user's runs must end."""
+        lim = self.limits.get(run.user, self.default)
+        use = self.use.get(run.user) or _Use()
+        if beyond_quota(run.pools, lim) is not None:
+            return "when an admin raises your quota", ()
+        if lim.max_runs is not None and len(use.by_run) >= lim.max_runs:
+            runs = use.runs_on(None)
+            return f"when one of your runs ends ({names(runs)})", tuple(runs)
+        for series, need, cap in self._tight(run, lim, use):
+            held = {
+                r: (sum(per.values()) if series is None else per.get(series, 0))
+                for r, per in use.by_run.items()
+            }
+            excess = (use.gpus if series is None else use.by_series.get(series, 0)) + need - cap
+            ending: list[str] = []
+            for r, n in _release_order(held):
+                if excess <= 0:
+                    break
+                ending.append(r)
+                excess -= n
+            return _until(ending), tuple(ending)
+        return "", ()
+
+    @staticmethod
+    def _tight(run: QueuedRun, lim: Limits, use: _Use) -> list[tuple[str | None, int, int]]:
+        tight: list[tuple[str | None, int, int]] = []
+        if lim.max_gpus is not None and use.gpus + run.gpus > lim.max_gpus:
+            tight.append((None, run.gpus, lim.max_gpus))
+        for series, n in sorted(run.need.items()):
+            cap = lim.max_gpus_per_series.get(series)
+            if cap is not None and use.by_series.get(series, 0) + n > cap:
+                tight.append((series, n, cap))
+        return tight
+
+    # ---- capacity and reservations --------------------------------------------------------------
+
+    def classify(self, run: QueuedRun) -> tuple[Blocker, str]:
+        """Why ``run`` (which did not fit behind the reservations) does not start."""
+        if self.spare and place(run.pools, self.real()) is not None:
+            series = {p.series for p in run.pools}
+            kept = sorted(n for n in self.kept_for if self.series[n] in series)
+            owners = sorted({self.kept_for[n] for n in kept})
+            verb = "is" if len(kept) == 1 else "are"
+            whom = "it" if len(owners) == 1 else "them"
+            return Blocker.RESERVED, (
+                f"waiting behind {names(owners)}, ahead in the queue: "
+                f"{names(kept)} {verb} kept for {whom}"
+            )
+        return Blocker.CAPACITY, shortfall(run.pools, self.real())
+
+    def _to_free(self, node: str, need: int, ending: Collection[str]) -> list[str] | None:
+        """The fewest more runs that must end for ``need`` GPUs on ``node`` (None: never)."""
+        held = self.held[node]
+        avail = len(self.free[node]) + sum(n for r, n in held.items() if r in ending)
+        extra: list[str] = []
+        for r, n in _release_order({r: n for r, n in held.items() if r not in ending}):
+            if avail >= need:
+                break
+            extra.append(r)
+            avail += n
+        return extra if avail >= need else None
+
+    def reserve(self, run: QueuedRun) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+        """Keep, for ``run``, the unreserved nodes that need the fewest runs to end."""
+        taken: dict[str, int] = {}
+        ending: dict[str, None] = {}  # an ordered set
+        for pool in run.pools:
+            used_by_pool: set[str] = set()
+            for _ in range(pool.nodes):
+                best: tuple[tuple[int, int, str], list[str]] | None = None
+                for name, series in self.series.items():
+                    if series != pool.series or name in used_by_pool or name in self.kept_for:
+                        continue
+                    extra = self._to_free(name, taken.get(name, 0) + pool.gpus_per_node, ending)
+                    if extra is None:
+                        continue
+                    key = (len(extra), -len(self.free[name]), name)
+                    if best is None or key < best[0]:
+                        best = (key, extra)
+                if best is None:
+                    return None
+                name = best[0][2]
+                ending.update(dict.fromkeys(best[1]))
+                taken[name] = taken.get(name, 0) + pool.gpus_per_node
+                used_by_pool.add(name)
+        if not ending:  # nothing to wait for: the run is blocked by something else
+            return None
+        for name, n in taken.items():
+            released = sum(c for r, c in self.held[name].items() if r in ending)
+            self.kept_for[name] = run.id
+            self.spare[name] = len(self.free[name]) + released - n
+        self._avail = None
+        return tuple(sorted(taken)), tuple(ending)
+
+    def capacity_detail(self, run: QueuedRun) -> tuple[str, tuple[str, ...]]:
+        """Free GPUs per candidate node and who holds the rest, for each pool that waits."""
+        avail = self.avail()
+        parts: list[str] = []
+        blockers: dict[str, None] = {}
+        for pool in run.pools:
+            nodes = sorted(
+                n
+                for n, s in self.series.items()
+                if s == pool.series and self.total[n] >= pool.gpus_per_node
+            )
+            ready = [n for n in nodes if len(avail[n].free) >= pool.gpus_per_node]
+            if len(ready) >= pool.nodes:
+                continue
+            have = (
+                f"{len(ready)} {'has' if len(ready) == 1 else 'have'} them ({names(ready)})"
+                if ready
+                else "none has them now"
+            )
+            busy = []
+            for n in (n for n in nodes if n not in ready):
+                runs = [r for r, _ in _release_order(self.held[n])]
+                blockers.update(dict.fromkeys(runs))
+                free = len(self.free[n])
+                text = f"{n} has {free} free"
+                if runs:
+                    until = "it ends" if len(runs) == 1 else "they end"
+                    text += f", {self.total[n] - free} used by {names(runs)} until {until}"
+                if self.kept_for.get(n, run.id) != run.id:
+                    text += f", kept for {self.kept_for[n]}"
+                busy.append(text)
+            parts.append(
+                f"needs {plural(pool.nodes, 'node')} with {pool.gpus_per_node} free "
+                f"{pool.series} GPUs; {have}; " + "; ".join(busy)
+            )
+        text = " | ".join(parts) or "each pool fits alone, but not all pools at once"
+        return text, tuple(blockers)
+
+    # ---- one run --------------------------------------------------------------------------------
+
+    def decide(self, run: QueuedRun, position: int, explain: bool) -> Decision:
+        why = self.quota(run)
+        if why is not None:
+            d = Decision(run.id, run.user, position, Blocker.QUOTA, why)
+            if explain:
+                d.next_event, d.blocking_runs = self.quota_event(run)
+                d.detail = why
+            return d
+        if run.shape not in self.never:
+            self.never[run.shape] = never_fits(run.pools, self.inventory)
+        never = self.never[run.shape]
+        if never is not None:
+            return Decision(
+                run.id, run.user, position, Blocker.NEVER, f"can never be placed here: {never}"
+            )
+        cached = self.failed.get(run.shape)
+        if cached is None:
+            slots = place(run.pools, self.avail())
+            if slots is not None:
+                self.take(run, slots)
+                where = ", ".join(f"{s.node}[{','.join(map(str, s.gpus))}]" for s in slots)
+                return Decision(
+                    run.id, run.user, position, Blocker.STARTING, f"fits now on {where}", slots
+                )
+            cached = self.failed[run.shape] = self.classify(run)
+        d = Decision(run.id, run.user, position, cached[0], cached[1])
+        if explain:
+            d.detail, d.blocking_runs = self.capacity_detail(run)
+        if run.shape not in self.unreservable:
+            kept = self.reserve(run)
+            if kept is None:
+                self.unreservable.add(run.shape)
+            else:
+                d.reserved_nodes, ending = kept
+                d.next_event, d.blocking_runs = _until(ending), ending
+        return d
+
+
+def _fair_order(
+    queue: Iterable[QueuedRun], use: Mapping[str, _Use], overdue_before: datetime | None
+) -> Iterable[QueuedRun]:
+    """Priority first; within a priority the runs queued since before ``overdue_before`` (oldest
+    first), then the user holding the fewest GPUs next, each user's runs oldest first.
+
+    A generator: the pass decides each run before the next is chosen, so what a run takes
+    counts against its user at once.
+    """
+    levels: dict[int, dict[str, deque[QueuedRun]]] = {}
+    overdue: dict[int, list[QueuedRun]] = {}
+    for run in sorted(queue, key=lambda r: (-r.priority, r.created_at, r.id)):
+        if overdue_before is not None and run.created_at < overdue_before:
+            overdue.setdefault(run.priority, []).append(run)
+        else:
+            levels.setdefault(run.priority, {}).setdefault(run.user, deque()).append(run)
+    for priority in sorted(levels.keys() | overdue.keys(), reverse=True):
+        yield from overdue.get(priority, ())
+        users = levels.get(priority, {})
+        if not users:
+            continue
+        if len(users) == 1:
+            yield from next(iter(users.values()))
+            continue
+        heap = [(_gpus(use, u), q[0].created_at, q[0].id, u) for u, q in users.items()]
+        heapq.heapify(heap)
+        while heap:
+            user = heapq.heappop(heap)[3]
+            runs = users[user]
+            yield runs.popleft()
+            if runs:
+                heapq.heappush(heap, (_gpus(use, user), runs[0].created_at, runs[0].id, user))
+
+
+def _gpus(use: Mapping[str, _Use], user: str) -> int:
+    found = use.get(user)
+    return found.gpus if found is not None else 0
+
+
+def plan(
+    queue: Iterable[QueuedRun],
+    inventory: Sequence[NodeDef],
+    holdings: Iterable[Holding],
+    limits: Mapping[str, Limits] | None = None,
+    *,
+    default: Limits = UNLIMITED,
+    explain: Collection[str] = (),
+    overdue_before: datetime | None = None,
+) -> list[Decision]:
+    """One pass over the queue: a decision per queued run, in the order they were considered.
+
+    Runs that start get their slots (to be committed in that order). Waiting runs get a one-line
+    reason; the first waiting run (the head) and the runs named in ``explain`` also get the
+    numbers behind it (``detail``) and the runs they wait for. Runs queued before
+    ``overdue_before`` (now minus the patience) go ahead of fair share within their priority.
+    """
+    state = _Pass(inventory, holdings, limits or {}, default)
+    wanted = set(explain)
+    decisions: list[Decision] = []
+    head_found = False
+    for run in _fair_order(queue, state.use, overdue_before):
+        d = state.decide(run, len(decisions) + 1, not head_found or run.id in wanted)
+        if not d.starts and not head_found:
+            head_found = True
+            if not d.next_event and d.blocker in (Blocker.CAPACITY, Blocker.RESERVED):
+                d.next_event = "when runs ahead of it have started and enough GPUs are free"
+        decisions.append(d)
+    return decisions

@@ -5,7 +5,8 @@ it, config.yaml next to this file and output_dir = $FORGE_OUT_DIR/checkpoints), 
 (also the frozen reference model), FORGE_TRAIN_DATA / FORGE_VALIDATION_DATA (JSONL or Parquet:
 ``chosen`` and ``rejected`` columns, usually ``prompt`` too), FORGE_OUT_DIR, FORGE_RESUME_FROM.
 Prints ``[config] {json}`` (the arguments given to DPOConfig), then ``[metrics] {json}`` per step
-(``[eval]`` for evaluations); writes checkpoints to output_dir, then the model to
+(``[eval]`` for evaluations; every logged value also goes to the run's curves through
+``starforge.report``); writes checkpoints to output_dir, then the model to
 $FORGE_OUT_DIR/final and summary.json (also printed as ``[summary] {json}``). Exit: 0 done,
 2 bad input, 143 stopped by SIGTERM.
 """
@@ -150,6 +151,17 @@ class PrintMetrics(TrainerCallback):
         print(f"{'[eval]' if is_eval else '[metrics]'} {line}", flush=True)
 
 
+def platform_callbacks() -> list[TrainerCallback]:
+    """starforge.report's callback: every logged value becomes a curve of the run (hyperparameters
+    and the final summary too). Outside a StarForge job it does nothing; an image without the SDK
+    trains without it."""
+    try:
+        from starforge.report import TrainerCallback as ReportToStarForge
+    except ImportError:
+        return []
+    return [ReportToStarForge()]
+
+
 def summarize(state: TrainerState) -> dict[str, Any]:
     losses = [e["loss"] for e in state.log_history if "loss" in e]
     # The share of validation pairs where "chosen" gained more over the reference than "rejected".
@@ -212,7 +224,7 @@ def main() -> int:
         args=config,
         train_dataset=load_pairs(train_path),
         eval_dataset=load_pairs(val_path) if val_path else None,
-        callbacks=[PrintMetrics(), stop],
+        callbacks=[PrintMetrics(), stop, *platform_callbacks()],
     )
     trainer.remove_callback(PrinterCallback)  # it prints each log again as a Python dict
     if stop.requested:

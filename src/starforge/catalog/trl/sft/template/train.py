@@ -148,6 +148,17 @@ class PrintMetrics(TrainerCallback):
         print(f"{'[eval]' if is_eval else '[metrics]'} {line}", flush=True)
 
 
+def platform_callbacks() -> list[TrainerCallback]:
+    """starforge.report's callback: every logged value becomes a curve of the run (hyperparameters
+    and the final summary too). Outside a StarForge job it does nothing; an image without the SDK
+    trains without it."""
+    try:
+        from starforge.report import TrainerCallback as ReportToStarForge
+    except ImportError:
+        return []
+    return [ReportToStarForge()]
+
+
 def summarize(state: TrainerState) -> dict[str, Any]:
     losses = [e["loss"] for e in state.log_history if "loss" in e]
     return {
@@ -205,7 +216,7 @@ def main() -> int:
         args=config,
         train_dataset=load_examples(train_path, text_field),
         eval_dataset=load_examples(val_path, text_field) if val_path else None,
-        callbacks=[PrintMetrics(), stop],
+        callbacks=[PrintMetrics(), stop, *platform_callbacks()],
     )
     trainer.remove_callback(PrinterCallback)  # it prints each log again as a Python dict
     if stop.requested:

@@ -1,0 +1,167 @@
+"""``sf admin quota show|set``: users' quotas (GPUs and runs at once, allowed profiles, priority).
+
+Only admins may call these; on the embedded server the local user is the admin. A user an admin
+never set a quota for follows the server's defaults (``quota_defaults`` in server.yaml).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from starforge.cli.cmd_status import quota_rows
+from starforge.cli.output import out
+
+if TYPE_CHECKING:
+    from starforge.contract.api import UserQuota
+
+app = typer.Typer(help="Administer the control plane (admins only).", no_args_is_help=True)
+quota_app = typer.Typer(
+    help="Users' quotas: GPUs and runs at once, allowed profiles, priority.",
+    no_args_is_help=True,
+)
+app.add_typer(quota_app, name="quota")
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print a JSON document for scripts.")]
+NONE = "none"
+_SERIES_LIMIT = re.compile(r"^(?P<series>[A-Za-z0-9][A-Za-z0-9._-]*)=(?P<n>\d+|none)$")
+
+
+def _count(text: str, flag: str) -> int | None:
+    from starforge.contract.errors import UsageError
+
+    if text.lower() == NONE:
+        return None
+    if not text.isdigit():
+        raise UsageError(
+            f"{flag} {text!r}: give a whole number of 0 or more, or 'none' for no limit",
+            hint=f"e.g. {flag} 16",
+        )
+    return int(text)
+
+
+def parse_max_gpus(values: list[str]) -> dict[str, Any]:
+    """``--max-gpus 16`` (all series), ``--max-gpus h200=8`` (one series), ``none`` lifts."""
+    from starforge.contract.errors import UsageError
+
+    update: dict[str, Any] = {}
+    per_series: dict[str, int | None] = {}
+    for value in values:
+        match = _SERIES_LIMIT.match(value.strip())
+        if match:
+            n = match.group("n")
+            per_series[match.group("series")] = None if n == NONE else int(n)
+        elif "=" in value:
+            raise UsageError(
+                f"--max-gpus {value!r}: the form is SERIES=N (or SERIES=none)",
+                hint="e.g. --max-gpus h200=8",
+            )
+        else:
+            update["max_gpus"] = _count(value.strip(), "--max-gpus")
+    if per_series:
+        update["max_gpus_per_series"] = per_series
+    return update
+
+
+def _print(found: UserQuota) -> None:
+    source = "the server's default" if found.default else "set by an admin"
+    out.line(f"[bold]{found.user}[/bold] ({found.role}); quota {source}")
+    for label, text in quota_rows(found.quota, found.usage):
+        out.line(f"  {label:>8}  {escape(text)}")
+
+
+@quota_app.command("show")
+def show(
+    user: Annotated[str | None, typer.Argument(help="A user (default: every user).")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Show quotas beside what each user has in use.
+
+    Examples: sf admin quota show · sf admin quota show alice --json
+    """
+    from starforge.cli.connect import connect
+
+    out.set_json(json_out)
+    with connect() as client:
+        found = [client.quota(user)] if user else client.quotas().users
+    out.data(
+        [q.model_dump(mode="json") for q in found]
+        if user is None
+        else found[0].model_dump(mode="json")
+    )
+    for i, q in enumerate(found):
+        if i:
+            out.line("")
+        _print(q)
+
+
+@quota_app.command("set")
+def set_quota(
+    user: Annotated[str, typer.Argument(help="The user whose quota changes.")],
+    max_gpus: Annotated[
+        list[str],
+        typer.Option(
+            "--max-gpus",
+            help="GPUs at once: N for all series together, SERIES=N for one series, "
+            "'none' (or SERIES=none) to lift the limit. Repeatable.",
+        ),
+    ] = [],  # noqa: B006
+    max_runs: Annotated[
+        str | None,
+        typer.Option("--max-runs", help="Runs holding resources at once: N, or 'none'."),
+    ] = None,
+    allow: Annotated[
+        list[str],
+        typer.Option(
+            "--allow",
+            help="A profile the user may ask for (repeatable; replaces the list); "
+            "'all' allows every profile.",
+        ),
+    ] = [],  # noqa: B006
+    priority: Annotated[
+        int | None,
+        typer.Option("--priority", help="Queue priority of the user's runs (higher first)."),
+    ] = None,
+    reset: Annotated[
+        bool,
+        typer.Option("--reset", help="Start from the server's defaults (alone: back to them)."),
+    ] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Change a user's quota; what you do not name keeps its value.
+
+    Examples:
+
+      sf admin quota set alice --max-gpus 16 --max-gpus h200=8 --max-runs 4
+
+      sf admin quota set bob --allow h100 --priority -1
+
+      sf admin quota set alice --reset
+    """
+    from starforge.cli.connect import connect
+    from starforge.contract.api import QuotaUpdate
+
+    out.set_json(json_out)
+    fields: dict[str, Any] = parse_max_gpus(max_gpus)
+    if max_runs is not None:
+        fields["max_runs"] = _count(max_runs, "--max-runs")
+    if allow:
+        fields["allowed_profiles"] = None if [a.lower() for a in allow] == ["all"] else allow
+    if priority is not None:
+        fields["priority"] = priority
+    if reset:
+        fields["reset"] = True
+    if not fields:
+        from starforge.contract.errors import UsageError
+
+        raise UsageError(
+            "nothing to change",
+            hint="give --max-gpus, --max-runs, --allow, --priority or --reset",
+        )
+    with connect() as client:
+        found = client.set_quota(user, QuotaUpdate(**fields))
+    out.data(found.model_dump(mode="json"))
+    out.success(f"quota of {found.user} updated")
+    _print(found)

@@ -1,0 +1,255 @@
+"""One job process's reporting session: where to send, the step counter, what was dropped.
+
+A :class:`Run` reads the job environment the platform sets (``STARFORGE_ENABLED``,
+``STARFORGE_ENDPOINT``, ``STARFORGE_RUN_ID``, ``STARFORGE_TOKEN``, ``FORGE_ATTEMPT``,
+``FORGE_OUT_DIR``). Without a token (a script run by hand, a test) it is inactive and every call
+returns at once: no thread, no file, no message. Active, it starts a :class:`Sender` thread.
+
+``log`` never raises and never blocks on the network: it flattens, filters and appends to the
+sender's queue. ``step=None`` means the step after the previous call's (0 first); an explicit step
+also sets where the counter goes on. Only the process that created the run reports: a forked child
+(a data-loader worker) is silent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from starforge import __version__
+from starforge.report.sender import Sender, Spool, Stats
+from starforge.report.values import Counts, flatten_metrics, flatten_params
+
+SPOOL_SUBDIR = ".starforge/report-spool"
+# What every start of the control plane writes at the storage root: {"url": ..., ...}.
+BEACON = "control-plane.json"
+_runs: weakref.WeakSet[Run] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # A forked child (a data-loader worker) inherits the run but not its sender thread: silence
+    # it. Processes started fresh (torchrun, spawn) report on their own.
+    for run in list(_runs):
+        run.active = False
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _discard(item: Any) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Settings:
+    enabled: bool
+    endpoint: str
+    run_id: str
+    token: str
+    attempt: int
+    spool_dir: Path | None
+    storage_root: str = ""  # where a restarted control plane publishes its new address
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        out_dir = env.get("FORGE_OUT_DIR", "")
+        spool = env.get("STARFORGE_SPOOL_DIR") or (f"{out_dir}/{SPOOL_SUBDIR}" if out_dir else "")
+        try:
+            attempt = max(int(env.get("FORGE_ATTEMPT", "1") or 1), 1)
+        except ValueError:
+            attempt = 1
+        endpoint, run_id, token = (
+            env.get("STARFORGE_ENDPOINT", ""),
+            env.get("STARFORGE_RUN_ID", ""),
+            env.get("STARFORGE_TOKEN", ""),
+        )
+        switched_on = env.get("STARFORGE_ENABLED", "1") != "0"
+        return cls(
+            enabled=switched_on and bool(endpoint and run_id and token),
+            endpoint=endpoint,
+            run_id=run_id,
+            token=token,
+            attempt=attempt,
+            spool_dir=Path(spool) if spool else None,
+            storage_root=env.get("FORGE_STORAGE_ROOT", ""),
+        )
+
+
+class Run:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        flush_interval_s: float = 0.5,
+        batch_points: int = 20_000,
+        max_memory_points: int = 1_000_000,
+        client_factory: Callable[[], Any] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.endpoint = settings.endpoint
+        self._client_factory = client_factory or self._client
+        self.active = settings.enabled
+        self.counts = Counts()
+        self._warned = False
+        self._step = 0
+        self._lock = threading.Lock()
+        self.sender: Sender | None = None
+        self._put: Callable[[Any], None] = _discard
+        if self.active:
+            self.sender = Sender(
+                self._client_factory,
+                settings.run_id,
+                settings.attempt,
+                spool=Spool(settings.spool_dir) if settings.spool_dir else None,
+                flush_interval_s=flush_interval_s,
+                batch_points=batch_points,
+                max_memory_points=max_memory_points,
+                relocate=self._relocate,
+            )
+            self.sender.start()
+            self._put = self.sender.put
+            _runs.add(self)
+
+    def _client(self) -> Any:
+        from starforge.client.http import Client  # imported by the sender thread, not at import
+
+        return Client(self.endpoint, run_token=self.settings.token, timeout=10.0)
+
+    def _relocate(self) -> bool:
+        """Follow the control plane's beacon: True when it now lives at another address."""
+        if not self.settings.storage_root:
+            return False
+        try:
+            beacon = json.loads((Path(self.settings.storage_root) / BEACON).read_text())
+            url = str(beacon.get("url") or "")
+        except (OSError, ValueError, AttributeError):
+            return False
+        if not url or url == self.endpoint:
+            return False
+        self.endpoint = url
+        return True
+
+    @property
+    def stats(self) -> Stats:
+        return self.sender.stats if self.sender else Stats()
+
+    def log(self, metrics: Mapping[Any, Any], step: int | None = None) -> None:
+        """Record ``metrics`` at ``step``; never raises, never waits for the network."""
+        if not self.active:
+            return
+        try:
+            if step is None:
+                step = self._step
+            elif type(step) is not int:
+                step = int(step)
+            self._step = step + 1
+            values: dict[str, float] = {}
+            for key, value in metrics.items():  # the common case: a flat dict of finite floats
+                if type(value) is not float or type(key) is not str or value - value != 0.0:
+                    values = self._slow_values(metrics, step)
+                    break
+                values[key] = value
+            if values and step >= 0:
+                self._put({"step": step, "t": time.time(), "values": values})
+        except Exception as exc:  # whatever the caller passed, training goes on
+            self._note(f"log() ignored a call it could not read: {exc!r}")
+
+    def _slow_values(self, metrics: Mapping[Any, Any], step: int) -> dict[str, float]:
+        """Nested mappings, other number types, values to drop (warned about once)."""
+        counts = self.counts
+        dropped = counts.nonfinite + counts.invalid
+        values = flatten_metrics(metrics, counts)
+        if counts.nonfinite + counts.invalid != dropped and not self._warned:
+            self._warn_dropped(step)
+        return values
+
+    def log_hparams(self, params: Mapping[Any, Any]) -> None:
+        if not self.active:
+            return
+        try:
+            self._put(("hparams", flatten_params(params)))
+        except Exception as exc:
+            self._note(f"log_hparams() ignored a call it could not read: {exc!r}")
+
+    def log_meta(self, meta: Mapping[str, Any]) -> None:
+        if not self.active:
+            return
+        try:
+            self._put(("meta", dict(meta)))
+        except Exception as exc:
+            self._note(f"metadata ignored: {exc!r}")
+
+    def started(self) -> None:
+        self.log_meta(
+            {
+                "sdk": f"starforge.report {__version__}",
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "python": sys.version.split()[0],
+                "attempt": self.settings.attempt,
+                "started_at": datetime.now(UTC).isoformat(),
+            }
+        )
+
+    def flush(self, timeout_s: float = 10.0) -> bool:
+        """Wait until everything logged so far reached the server (False on timeout)."""
+        if not self.active or self.sender is None:
+            return True
+        return self.sender.flush(timeout_s)
+
+    def finish(self, timeout_s: float = 10.0) -> None:
+        """Send what is left (spooling what cannot be sent in time) and stop the sender."""
+        with self._lock:
+            if not self.active or self.sender is None:
+                self.active = False
+                return
+            self.log_meta(
+                {
+                    "finished_at": datetime.now(UTC).isoformat(),
+                    "dropped_nonfinite": self.counts.nonfinite,
+                    "dropped_invalid": self.counts.invalid,
+                }
+            )
+            self.active = False
+            self.sender.close(timeout_s)
+        stats = self.sender.stats
+        if self.counts.nonfinite or self.counts.invalid:
+            self._note(
+                f"dropped {self.counts.nonfinite} non-finite and {self.counts.invalid} "
+                "non-numeric value(s) in all"
+            )
+        if stats.points_spooled and stats.last_error:
+            where = self.settings.spool_dir
+            self._note(
+                f"{stats.points_spooled} point(s) could not be sent ({stats.last_error}); they "
+                f"wait in {where} and are sent by the run's next attempt"
+            )
+
+    def _warn_dropped(self, step: int) -> None:
+        self._warned = True
+        c = self.counts
+        what = (
+            f"a non-finite value of {c.nonfinite_key!r}"
+            if c.nonfinite
+            else f"a value of {c.invalid_key!r} that is not a number"
+        )
+        self._note(
+            f"dropped {what} at step {step}; such values are not stored (finish() reports how many)"
+        )
+
+    @staticmethod
+    def _note(message: str) -> None:
+        with contextlib.suppress(Exception):  # a closed stderr must not matter either
+            print(f"[starforge.report] {message}", file=sys.stderr, flush=True)

@@ -1,0 +1,68 @@
+"""Metrics: the job's ingest endpoint (run token) and the user's queries (bearer token).
+
+The ingest body is parsed straight from its bytes by pydantic's JSON parser (one pass, no
+intermediate Python objects), and the database write runs in a worker thread so a large batch
+never stalls the event loop that serves log streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
+
+from starforge.contract.api import (
+    RUN_TOKEN_HEADER,
+    IngestAck,
+    IngestRequest,
+    MetricsView,
+    ProgressList,
+    RunMetaView,
+)
+from starforge.server.api.deps import RuntimeDep, UserDep
+from starforge.server.api.errors import validation_error
+from starforge.server.services import metrics
+
+router = APIRouter()
+
+
+@router.post("/runs/{run_id}/ingest", response_model=IngestAck)
+async def ingest(
+    run_id: str,
+    request: Request,
+    rt: RuntimeDep,
+    token: Annotated[str | None, Header(alias=RUN_TOKEN_HEADER)] = None,
+) -> IngestAck:
+    raw = await request.body()
+    try:
+        body = IngestRequest.model_validate_json(raw)
+    except ValidationError as exc:
+        raise validation_error(RequestValidationError(exc.errors())) from None
+    return await asyncio.to_thread(metrics.ingest, rt, run_id, token, body)
+
+
+@router.get("/runs/{ref}/metrics", response_model=MetricsView)
+def run_metrics(
+    ref: str,
+    rt: RuntimeDep,
+    user: UserDep,
+    key: Annotated[list[str] | None, Query()] = None,
+    max_points: Annotated[int, Query(ge=2, le=100_000)] = metrics.DEFAULT_MAX_POINTS,
+) -> MetricsView:
+    return metrics.series(rt, user, ref, keys=key, max_points=max_points)
+
+
+@router.get("/runs/{ref}/meta", response_model=RunMetaView)
+def run_meta(ref: str, rt: RuntimeDep, user: UserDep) -> RunMetaView:
+    return metrics.meta(rt, user, ref)
+
+
+@router.get("/progress", response_model=ProgressList)
+def progress(
+    rt: RuntimeDep, user: UserDep, runs: Annotated[str, Query(max_length=20_000)] = ""
+) -> ProgressList:
+    """How far each named run (comma-separated ids) has logged its metrics."""
+    return metrics.progress(rt, user, [r for r in runs.split(",") if r])

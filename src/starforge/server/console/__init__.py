@@ -1,0 +1,1 @@
+"""The web console, served by the control plane at ``/`` (see :mod:`.routes`)."""

@@ -1,0 +1,468 @@
+// StarForge console: projects -> runs -> a run (spec, parameters, provenance, status and why,
+// attempts, live log, live curves, artifacts). Plain JavaScript over the /api/v1 JSON API;
+// charts are drawn by plotly.js (served from the plotly package installed on the server).
+"use strict";
+
+const API = "/api/v1";
+const TOKEN_KEY = "starforge.token";
+const ACTIVE = new Set(["queued", "starting", "running", "stopping", "pausing"]);
+const STATUSES = ["running", "queued", "succeeded", "failed", "stopped", "paused"];
+const FIRST_KEYS = ["loss", "reward", "eval_loss", "eval_reward"];
+const main = document.getElementById("main");
+
+let teardown = []; // what the current page must stop when the route changes
+
+// ---- small helpers ---------------------------------------------------------------------------
+
+function esc(value) {
+  return String(value ?? "").replace(/[&<>"']/g, (c) => ({
+    "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;",
+  })[c]);
+}
+
+function ago(iso) {
+  if (!iso) return "-";
+  const s = Math.max(0, Math.round((Date.now() - Date.parse(iso)) / 1000));
+  if (s < 60) return `${s}s ago`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ago`;
+  if (s < 86400) return `${Math.floor(s / 3600)}h ago`;
+  return `${Math.floor(s / 86400)}d ago`;
+}
+
+function when(iso) {
+  return iso ? `<span title="${esc(new Date(iso).toLocaleString())}">${ago(iso)}</span>` : "-";
+}
+
+function duration(run) {
+  if (!run.started_at) return "-";
+  const end = run.ended_at ? Date.parse(run.ended_at) : Date.now();
+  let s = Math.max(0, Math.round((end - Date.parse(run.started_at)) / 1000));
+  const h = Math.floor(s / 3600); s -= h * 3600;
+  const m = Math.floor(s / 60); s -= m * 60;
+  return h ? `${h}h ${m}m` : m ? `${m}m ${s}s` : `${s}s`;
+}
+
+function bytes(n) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return i ? `${n.toFixed(1)} ${units[i]}` : `${n} B`;
+}
+
+function fmt(v) {
+  if (typeof v === "string") return esc(v);
+  if (typeof v !== "number") return esc(JSON.stringify(v));
+  return Math.abs(v) >= 1e5 || (Math.abs(v) < 1e-3 && v !== 0) ? v.toExponential(3) : `${+v.toPrecision(6)}`;
+}
+
+const badge = (status) => `<span class="status ${esc(status)}">${esc(status)}</span>`;
+
+function crumbs(parts) {
+  const html = parts.map(([label, href]) => href ? `<a href="${href}">${esc(label)}</a>` : esc(label));
+  document.getElementById("crumbs").innerHTML = html.join('<span class="sep">/</span>');
+}
+
+function every(ms, fn) {
+  const id = setInterval(fn, ms);
+  teardown.push(() => clearInterval(id));
+}
+
+// ---- the API, with the token ------------------------------------------------------------------
+
+function token() { return localStorage.getItem(TOKEN_KEY) || ""; }
+
+class AuthError extends Error {}
+
+async function api(path, options = {}) {
+  const headers = { Authorization: `Bearer ${token()}`, ...(options.headers || {}) };
+  const resp = await fetch(API + path, { ...options, headers });
+  if (resp.status === 401) throw new AuthError("sign in");
+  if (!resp.ok) {
+    let message = `HTTP ${resp.status}`;
+    try { message = (await resp.json()).message || message; } catch (_) { /* not JSON */ }
+    throw new Error(message);
+  }
+  return resp.json();
+}
+
+// Reads the log's Server-Sent Events through fetch (EventSource cannot send the token header),
+// reconnecting with Last-Event-ID after a drop so no line is shown twice or lost.
+async function followLog(runId, onEvent, signal) {
+  let lastId = null;
+  while (!signal.aborted) {
+    try {
+      const headers = { Authorization: `Bearer ${token()}`, Accept: "text/event-stream" };
+      if (lastId) headers["Last-Event-ID"] = lastId;
+      const resp = await fetch(`${API}/runs/${encodeURIComponent(runId)}/logs/stream?tail=400`,
+        { headers, signal });
+      if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
+      const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buffer = "", event = "message", data = [];
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += value;
+        const keep = buffer.endsWith("\r") ? 1 : 0; // "\r\n" may be split across reads
+        const lines = buffer.slice(0, buffer.length - keep).split(/\r\n|\r|\n/);
+        buffer = lines.pop() + buffer.slice(buffer.length - keep);
+        for (const line of lines) {
+          if (line === "") {
+            if (data.length && onEvent(event, JSON.parse(data.join("\n"))) === "end") return;
+            event = "message"; data = [];
+          } else if (line.startsWith(":")) {
+            continue;
+          } else {
+            const i = line.indexOf(":");
+            const field = i < 0 ? line : line.slice(0, i);
+            const val = i < 0 ? "" : line.slice(i + 1).replace(/^ /, "");
+            if (field === "data") data.push(val);
+            else if (field === "event") event = val;
+            else if (field === "id") lastId = val;
+          }
+        }
+      }
+    } catch (err) {
+      if (signal.aborted) return;
+    }
+    await new Promise((r) => setTimeout(r, 1000));
+  }
+}
+
+// ---- pages ------------------------------------------------------------------------------------
+
+function signIn(message) {
+  crumbs([["sign in"]]);
+  main.innerHTML = `
+    <div class="panel signin">
+      <h1>Sign in</h1>
+      <p class="muted">Paste your StarForge token, or run <code>sf job console</code>: it opens
+      this console signed in.</p>
+      ${message ? `<p class="error">${esc(message)}</p>` : ""}
+      <form id="signin"><input id="tok" type="password" placeholder="token" autocomplete="off">
+      <button type="submit">Sign in</button></form>
+    </div>`;
+  document.getElementById("signin").addEventListener("submit", (e) => {
+    e.preventDefault();
+    localStorage.setItem(TOKEN_KEY, document.getElementById("tok").value.trim());
+    route();
+  });
+}
+
+async function projectsPage() {
+  crumbs([["projects"]]);
+  const { runs } = await api("/runs?limit=1000");
+  const groups = new Map();
+  for (const run of runs) {
+    if (!groups.has(run.project)) groups.set(run.project, []);
+    groups.get(run.project).push(run);
+  }
+  if (!groups.size) {
+    main.innerHTML = `<div class="panel empty">No runs yet. Submit one with
+      <code>sf submit EXPERIMENT --profile h200:1 ...</code></div>`;
+    return;
+  }
+  const cards = [...groups.entries()].map(([name, list]) => {
+    const counts = {};
+    for (const r of list) counts[r.status] = (counts[r.status] || 0) + 1;
+    const experiments = new Set(list.map((r) => r.experiment));
+    return `
+      <a class="card" href="#/projects/${encodeURIComponent(name)}" data-project="${esc(name)}">
+        <div class="name">${esc(name)}</div>
+        <div class="muted">${list.length} run${list.length > 1 ? "s" : ""} ·
+          ${experiments.size} experiment${experiments.size > 1 ? "s" : ""} ·
+          last ${ago(list[0].created_at)}</div>
+        <div class="counts">${Object.entries(counts).map(([s, n]) =>
+          `${badge(s)}<span class="pill">${n}</span>`).join(" ")}</div>
+      </a>`;
+  });
+  main.innerHTML = `
+    <div class="page-head"><h1>Projects</h1>
+      <span class="sub">grouped by the name in each lab's starforge.yaml</span></div>
+    <div class="cards">${cards.join("")}</div>`;
+}
+
+async function projectPage(project, query) {
+  const filter = query.get("status") || "all";
+  crumbs([["projects", "#/"], [project]]);
+  const render = async () => {
+    const { runs: all } = await api("/runs?limit=1000");
+    const mine = all.filter((r) => r.project === project);
+    const shown = mine.filter((r) => filter === "all" || (filter === "active"
+      ? ACTIVE.has(r.status) : r.status === filter));
+    const progress = shown.length
+      ? (await api(`/progress?runs=${shown.map((r) => r.run_id).join(",")}`)).runs : [];
+    const steps = new Map(progress.map((p) => [p.run_id, p.last_step]));
+    const count = (s) => mine.filter((r) => s === "all" || (s === "active"
+      ? ACTIVE.has(r.status) : r.status === s)).length;
+    const chips = ["all", "active", ...STATUSES].map((s) =>
+      `<a class="${s === filter ? "on" : ""}" href="#/projects/${encodeURIComponent(project)}` +
+      `${s === "all" ? "" : `?status=${s}`}">${s}<span class="n">${count(s)}</span></a>`).join("");
+    const rows = shown.map((r) => `
+      <tr class="link" data-run-id="${esc(r.run_id)}" onclick="location.hash='#/runs/${esc(r.run_id)}'">
+        <td><a class="mono" href="#/runs/${esc(r.run_id)}">${esc(r.run_id)}</a></td>
+        <td>${esc(r.experiment)}</td><td>${esc(r.method)}</td><td>${badge(r.status)}</td>
+        <td class="mono">${esc(r.profiles.join(" "))}</td><td class="num">${r.gpus}</td>
+        <td class="num">${steps.has(r.run_id) && steps.get(r.run_id) !== null ? steps.get(r.run_id) : "-"}</td>
+        <td>${when(r.created_at)}</td><td class="num">${duration(r)}</td>
+        <td class="muted">${esc(ACTIVE.has(r.status) ? r.reason : "")}</td>
+      </tr>`).join("");
+    main.innerHTML = `
+      <div class="page-head"><h1>${esc(project)}</h1>
+        <span class="sub">${mine.length} run${mine.length === 1 ? "" : "s"}</span></div>
+      <div class="filters">${chips}</div>
+      <div class="panel">
+        ${shown.length ? `<table id="runs"><thead><tr><th>Run</th><th>Experiment</th>
+          <th>Method</th><th>Status</th><th>Profile</th><th class="num">GPUs</th>
+          <th class="num">Steps</th><th>Submitted</th><th class="num">Duration</th><th>Why</th>
+          </tr></thead><tbody>${rows}</tbody></table>`
+          : `<div class="empty">No ${filter === "all" ? "" : filter + " "}runs.</div>`}
+      </div>`;
+  };
+  await render();
+  every(5000, () => render().catch(() => {}));
+}
+
+// ---- the run page -----------------------------------------------------------------------------
+
+function kv(pairs) {
+  return `<dl class="kv">${pairs.map(([k, v]) => `<dt>${esc(k)}</dt><dd>${v}</dd>`).join("")}</dl>`;
+}
+
+function table(head, rows, id = "") {
+  if (!rows.length) return `<div class="empty">none</div>`;
+  return `<table ${id ? `id="${id}"` : ""}><thead><tr>${head.map((h) => `<th>${esc(h)}</th>`).join("")}
+    </tr></thead><tbody>${rows.map((r) => `<tr>${r.map((c) => `<td>${c}</td>`).join("")}</tr>`).join("")}
+    </tbody></table>`;
+}
+
+function runSkeleton(runId) {
+  main.innerHTML = `
+    <div class="page-head"><h1 class="mono" id="run-title">${esc(runId)}</h1>
+      <span id="run-status"></span><span class="sub" id="run-sub"></span></div>
+    <div id="run-reason"></div>
+    <div class="grid two">
+      <section class="panel"><h2>Run</h2><div id="overview"></div></section>
+      <section class="panel"><h2>Provenance</h2><div id="provenance"></div></section>
+    </div>
+    <section class="panel"><h2>Curves <span class="aside" id="curves-note"></span></h2>
+      <div class="charts" id="curves"></div></section>
+    <section class="panel"><h2>Log <span class="live off" id="live">idle</span>
+      <span class="aside">last lines, live</span></h2><pre class="log" id="log"></pre></section>
+    <div class="grid two">
+      <section class="panel"><h2>Attempts</h2><div id="attempts"></div></section>
+      <section class="panel"><h2>Artifacts <span class="aside" id="artifacts-root"></span></h2>
+        <div id="artifacts"></div></section>
+    </div>
+    <section class="panel"><h2>Hyperparameters <input class="search" id="hp-filter"
+      placeholder="filter"></h2><div id="hparams"></div></section>
+    <div class="grid two">
+      <section class="panel"><h2>Events</h2><div id="events"></div></section>
+      <section class="panel"><h2>Spec</h2><details><summary>the submitted JobSpec</summary>
+        <pre class="json" id="spec"></pre></details></section>
+    </div>`;
+}
+
+function renderRun(run) {
+  const spec = run.spec || {};
+  document.getElementById("run-status").innerHTML = badge(run.status) +
+    (run.end_reason ? ` <span class="pill">${esc(run.end_reason)}</span>` : "");
+  document.getElementById("run-sub").textContent = `${run.project} / ${run.experiment} · ${run.method}`;
+  const p = run.pending;
+  const pending = p ? `<div class="muted">#${esc(p.position)} of ${esc(p.queued)} in the queue` +
+    `${p.detail ? ` · ${esc(p.detail)}` : ""}${p.next_event ? ` · next: ${esc(p.next_event)}` : ""}</div>` : "";
+  const reason = run.reason && run.status !== "succeeded"
+    ? `<div class="reason ${run.status === "queued" ? "" : "done"}" id="why"><b>${
+      run.status === "queued" ? "Why pending" : "Status"}:</b> ${esc(run.reason)}${pending}</div>` : "";
+  document.getElementById("run-reason").innerHTML = reason;
+  const external = spec.observability_url;
+  document.getElementById("overview").innerHTML = kv([
+    ["project", `<a href="#/projects/${encodeURIComponent(run.project)}">${esc(run.project)}</a>`],
+    ["experiment", esc(run.experiment)],
+    ["method", esc(run.method)],
+    ["profile", `<span class="mono">${esc(run.profiles.join(" "))}</span>`],
+    ["pools", esc(run.pools.map((p) => `${p.name}: ${p.nodes} × ${p.gpus_per_node} ${p.series}`).join(", ") || "-")],
+    ["GPUs", esc(run.gpus)],
+    ["submitted", when(run.created_at)],
+    ["started", when(run.started_at)],
+    ["ended", when(run.ended_at)],
+    ["duration", esc(duration(run))],
+    ["exit code", esc(run.exit_code ?? "-")],
+    ["curves", external ? `external: <a href="${esc(external)}" target="_blank" rel="noopener">${esc(external)}</a>`
+      : "on the platform (below)"],
+    ["run dir", `<span class="mono">${esc(run.run_dir)}</span>`],
+  ]);
+  const prov = spec.provenance || {};
+  document.getElementById("provenance").innerHTML = kv([
+    ["commit", `<span class="mono">${esc(run.git_commit || "-")}</span>${run.git_dirty ? ' <span class="pill">dirty</span>' : ""}`],
+    ["untracked", esc((prov.untracked || []).join(", ") || "none")],
+    ["client", esc(prov.client_version || "-")],
+    ["method version", esc(spec.method ? `${spec.method.version} (${spec.method.framework_version || "-"})` : "-")],
+    ["image", `<span class="mono">${esc(spec.image || "the method's default")}</span>`],
+    ["inputs", Object.entries(spec.inputs || {}).filter(([, v]) => v)
+      .map(([k, v]) => `${esc(k)}: <span class="mono">${esc(v.value)}</span> (${esc(v.kind)})`).join("<br>") || "-"],
+    ["user", esc(run.user)],
+  ]);
+  document.getElementById("attempts").innerHTML = table(
+    ["#", "started", "ended", "exit", "end reason", "resumed from"],
+    run.attempts.map((a) => [esc(a.number), when(a.started_at), when(a.ended_at),
+      esc(a.exit_code ?? "-"), esc(a.end_reason || "-"),
+      `<span class="mono">${esc(a.resumed_from || "-")}</span>`]), "attempts-table");
+  document.getElementById("events").innerHTML = table(
+    ["when", "status", "why", "by"],
+    run.events.slice().reverse().map((e) => [when(e.at),
+      `${e.src ? esc(e.src) + " → " : ""}${badge(e.dst)}`, esc(e.reason), esc(e.actor)]));
+  document.getElementById("spec").textContent = JSON.stringify(spec, null, 2);
+}
+
+function renderHparams(run, meta, filter) {
+  const set = Object.entries((run.spec || {}).hyperparams || {});
+  const reported = Object.entries(meta.hparams || {});
+  const match = ([k]) => !filter || k.toLowerCase().includes(filter.toLowerCase());
+  const section = (title, rows) => `<h2 class="muted" style="font-size:13px;margin-top:6px">${title}</h2>` +
+    table(["name", "value"], rows.filter(match).map(([k, v]) => [`<span class="mono">${esc(k)}</span>`,
+      `<span class="mono">${fmt(v)}</span>`]));
+  document.getElementById("hparams").innerHTML =
+    section(`Set at submit (${set.length})`, set) +
+    section(`Resolved, as the job reported them (${reported.length})`, reported);
+}
+
+function orderKeys(keys) {
+  const first = FIRST_KEYS.filter((k) => keys.includes(k));
+  return [...first, ...keys.filter((k) => !first.includes(k)).sort()];
+}
+
+function renderCurves(data, charts) {
+  const box = document.getElementById("curves");
+  const note = document.getElementById("curves-note");
+  if (!window.Plotly) {
+    note.textContent = window.STARFORGE_NO_PLOTLY || "the chart library did not load";
+    return;
+  }
+  if (!data.series.length) {
+    box.innerHTML = `<div class="empty">No curves yet: they come from starforge.report in the
+      training code (the trl/* methods send theirs already).</div>`;
+    return;
+  }
+  note.textContent = `${data.series.length} metric${data.series.length > 1 ? "s" : ""}`;
+  if (box.querySelector(".empty")) box.innerHTML = "";
+  const byKey = new Map(data.series.map((s) => [s.key, s]));
+  for (const key of orderKeys([...byKey.keys()])) {
+    const s = byKey.get(key);
+    let chart = charts.get(key);
+    if (!chart) {
+      chart = document.createElement("div");
+      chart.className = "chart";
+      chart.dataset.key = key;
+      chart.innerHTML = `<div class="title"><span class="mono">${esc(key)}</span>
+        <span class="meta"></span></div><div class="plot"></div>`;
+      box.appendChild(chart);
+      charts.set(key, chart);
+    }
+    chart.dataset.points = String(s.count);
+    chart.querySelector(".meta").textContent =
+      `${s.count} point${s.count > 1 ? "s" : ""} · step ${s.last_step} · ${fmt(s.last_value)}` +
+      (s.downsampled ? " · downsampled" : "");
+    Plotly.react(chart.querySelector(".plot"), [{
+      x: s.steps, y: s.values, type: "scatter", mode: s.steps.length <= 60 ? "lines+markers" : "lines",
+      line: { width: 2, color: "#3656d6" }, marker: { size: 5 }, name: key,
+      hovertemplate: "step %{x}<br>%{y}<extra></extra>",
+    }], {
+      margin: { l: 48, r: 10, t: 6, b: 30 }, height: 210, showlegend: false,
+      xaxis: { title: { text: "step", standoff: 4 }, gridcolor: "#eef0f4", zeroline: false },
+      yaxis: { gridcolor: "#eef0f4", zeroline: false }, font: { size: 11 },
+      paper_bgcolor: "#fff", plot_bgcolor: "#fff",
+    }, { displayModeBar: false, responsive: true });
+  }
+}
+
+function renderArtifacts(list) {
+  document.getElementById("artifacts-root").textContent = list.root;
+  document.getElementById("artifacts").innerHTML = table(
+    ["file", "size", "modified"],
+    list.files.map((f) => [`<span class="mono">${esc(f.path)}</span>`, bytes(f.size), when(f.modified)]),
+  ) + (list.truncated ? `<p class="muted">(first ${list.files.length} files)</p>` : "");
+}
+
+function startLog(runId) {
+  const pre = document.getElementById("log");
+  const live = document.getElementById("live");
+  const controller = new AbortController();
+  teardown.push(() => controller.abort());
+  live.className = "live";
+  live.textContent = "live";
+  followLog(runId, (event, data) => {
+    const stick = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 24;
+    if (event === "log") pre.append(document.createTextNode(data.text));
+    else if (event === "attempt") pre.append(document.createTextNode(`──── attempt ${data.attempt} ────\n`));
+    else if (event === "end") {
+      live.className = "live off";
+      live.textContent = `ended: ${data.status}`;
+      return "end";
+    }
+    if (stick) pre.scrollTop = pre.scrollHeight;
+    return null;
+  }, controller.signal);
+}
+
+async function runPage(runId) {
+  runSkeleton(runId);
+  let run = await api(`/runs/${encodeURIComponent(runId)}`);
+  crumbs([["projects", "#/"], [run.project, `#/projects/${encodeURIComponent(run.project)}`], [run.run_id]]);
+  const charts = new Map();
+  let meta = { hparams: {} };
+  const filter = document.getElementById("hp-filter");
+  filter.addEventListener("input", () => renderHparams(run, meta, filter.value));
+  const refresh = async () => {
+    const was = run.status;
+    run = await api(`/runs/${encodeURIComponent(runId)}`);
+    renderRun(run);
+    const [metrics, reported, artifacts] = await Promise.all([
+      api(`/runs/${encodeURIComponent(runId)}/metrics?max_points=1000`),
+      api(`/runs/${encodeURIComponent(runId)}/meta`),
+      api(`/runs/${encodeURIComponent(runId)}/artifacts`),
+    ]);
+    meta = reported;
+    renderCurves(metrics, charts);
+    renderHparams(run, meta, filter.value);
+    renderArtifacts(artifacts);
+    return ACTIVE.has(was) || ACTIVE.has(run.status);
+  };
+  renderRun(run);
+  startLog(runId);
+  await refresh();
+  let busy = false;
+  every(2000, async () => {
+    if (busy || !ACTIVE.has(run.status)) return;
+    busy = true;
+    try { await refresh(); } catch (_) { /* next tick */ } finally { busy = false; }
+  });
+}
+
+// ---- routing ----------------------------------------------------------------------------------
+
+async function route() {
+  for (const stop of teardown) stop();
+  teardown = [];
+  const [path, queryText] = location.hash.replace(/^#/, "").split("?");
+  const query = new URLSearchParams(queryText || "");
+  if (query.has("token")) { // a signed-in link: keep the token, drop it from the address bar
+    localStorage.setItem(TOKEN_KEY, query.get("token"));
+    query.delete("token");
+    const rest = query.toString();
+    history.replaceState(null, "", `#${path || "/"}${rest ? `?${rest}` : ""}`);
+  }
+  if (!token()) return signIn("");
+  const parts = (path || "/").split("/").filter(Boolean).map(decodeURIComponent);
+  try {
+    api("/whoami").then((w) => { document.getElementById("who").textContent = w.user; }).catch(() => {});
+    if (parts[0] === "runs" && parts[1]) await runPage(parts[1]);
+    else if (parts[0] === "projects" && parts[1]) await projectPage(parts[1], query);
+    else await projectsPage();
+  } catch (err) {
+    if (err instanceof AuthError) return signIn("That token was not accepted.");
+    main.innerHTML = `<div class="panel error">${esc(err.message)}</div>`;
+  }
+}
+
+window.addEventListener("hashchange", route);
+route();

@@ -1,0 +1,9 @@
+"""Every ORM table of the control plane: importing this module registers them all on the
+declarative metadata (the core tables, quotas, metrics), as the migrations create them."""
+
+from __future__ import annotations
+
+from starforge.server.db import metrics, models, resources
+
+Base = models.Base
+__all__ = ["Base", "metrics", "models", "resources"]

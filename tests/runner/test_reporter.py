@@ -1,0 +1,159 @@
+"""The runner's courier against a real server: reports survive an unreachable endpoint (the
+beacon leads to the server), heartbeats land, and a server that ended the attempt fences it.
+
+The server runs ``tests/server/fake_runner.py`` as its runner, so the run's attempt exists with
+its binding; the Reporter under test then speaks for that attempt's node.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from starforge.catalog.loader import get_method
+from starforge.contract.env import Binding
+from starforge.runner.report import Reporter, read_beacon, spool_path
+from tests.server.factories import eventually
+from tests.server.test_integration import FAKE_RUNNER, Server, start_server, status_of
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    home = tmp_path / "home"
+    home.mkdir()
+    config = {
+        "inventory": [{"name": "box", "series": "h200", "gpus": 8}],
+        "runner_command": [sys.executable, str(FAKE_RUNNER)],
+        "heartbeat_s": 0.2,
+    }
+    (home / "server.yaml").write_text(yaml.safe_dump(config))
+    srv = start_server(home)
+    yield srv
+    if srv.proc.poll() is None:
+        srv.terminate()
+
+
+def submit(c: httpx.Client, key: str) -> str:
+    data = b"#!/bin/bash\necho hello\n"
+    digest = hashlib.sha256(data).hexdigest()
+    assert c.put(f"/blobs/{digest}", content=data).status_code == 201
+    spec = {
+        "project": "proj",
+        "experiment": "exp",
+        "method": get_method("custom/custom").ref().model_dump(),
+        "profiles": ["h200:8"],
+        "image": "registry.example/train:v1",
+        "provenance": {"git_commit": "b" * 40, "client_version": "0.1.0"},
+        "observability_url": "https://wandb.example/proj",
+    }
+    files = [{"path": "experiments/exp/train.sh", "sha256": digest, "size": len(data)}]
+    body = {"spec": spec, "manifest": {"files": files}, "idempotency_key": key}
+    resp = c.post("/jobs", json=body)
+    assert resp.status_code == 201, resp.text
+    return str(resp.json()["run_id"])
+
+
+def running_binding(server: Server, key: str) -> Binding:
+    with server.client() as c:
+        run_id = submit(c, key)
+        eventually(lambda: status_of(c, run_id) == "running", what="the fake runner")
+        run_dir = Path(c.get(f"/runs/{run_id}").json()["run_dir"])
+    data = json.loads((run_dir / "state" / "attempt-1.node-0.binding.json").read_text())
+    return Binding.model_validate(data)
+
+
+def test_reports_to_a_dead_endpoint_follow_the_beacon_and_arrive_in_order(server: Server) -> None:
+    b = running_binding(server, "reporter-beacon")
+    beacon = read_beacon(b.storage_root)
+    assert beacon is not None and beacon.url == server.url and beacon.heartbeat_s == 0.2
+    stale = b.model_copy(update={"endpoint": "http://127.0.0.1:9"})  # the server moved away
+    said: list[str] = []
+    reporter = Reporter(stale, said.append)
+    reporter.start()
+    reporter.send("starting")
+    reporter.send("running")
+    assert reporter.close(patience_s=60)
+    assert reporter.url == server.url and not reporter.fenced
+    assert any("the server moved to" in s for s in said)
+    events = [json.loads(line)["event"] for line in spool_path(b).read_text().splitlines()]
+    assert events == ["starting", "running"]
+    with server.client() as c:
+        view = c.get(f"/runs/{b.run_id}").json()
+    assert view["status"] == "running" and view["attempts"][0]["heartbeat_at"] is not None
+
+
+def test_a_runner_whose_attempt_the_server_ended_is_fenced(server: Server) -> None:
+    b = running_binding(server, "reporter-fence")
+    with server.client() as c:
+        assert c.post(f"/runs/{b.run_id}/stop").json()["accepted"]
+        eventually(lambda: status_of(c, b.run_id) == "stopped", what="the stop")
+    fenced = threading.Event()
+    reporter = Reporter(b, lambda _: None, on_fenced=lambda why: fenced.set())
+    reporter.start()  # its first heartbeat goes out at once
+    assert fenced.wait(timeout=60)
+    reporter.close(patience_s=5)
+    assert reporter.fenced
+
+
+def test_without_an_endpoint_a_runner_reports_nothing_and_writes_no_spool(tmp_path: Path) -> None:
+    b = Binding(
+        run_id="r-0000000001",
+        attempt=1,
+        user="u",
+        storage_root=str(tmp_path),
+        run_dir=str(tmp_path / "run"),
+        work_dir=str(tmp_path / "run" / "work"),
+        out_dir=str(tmp_path / "run" / "out"),
+        log_path=str(tmp_path / "run" / "logs" / "attempt-1.log"),
+    )
+    reporter = Reporter(b, lambda _: None)
+    reporter.start()
+    reporter.send("starting")
+    assert reporter.close() and not spool_path(b).exists()
+
+
+def test_the_runner_records_who_runs_the_node_before_anything_else(tmp_path: Path) -> None:
+    from tests.runner.test_runner import make_run, run_dir_of
+
+    bp = make_run(tmp_path, "echo hi\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "starforge.runner", str(bp)], start_new_session=True, check=False
+    )
+    assert proc.returncode == 0
+    record = json.loads((run_dir_of(bp) / "state" / "attempt-1.node-0.runner.json").read_text())
+    assert record["pid"] == record["pgid"] != os.getpid()
+
+
+def test_a_fenced_runner_terminates_its_training(tmp_path: Path) -> None:
+    from starforge.runner.main import Runner
+
+    b = Binding(
+        run_id="r-0000000001",
+        attempt=1,
+        user="u",
+        storage_root=str(tmp_path),
+        run_dir=str(tmp_path / "run"),
+        work_dir=str(tmp_path / "run" / "work"),
+        out_dir=str(tmp_path / "run" / "out"),
+        log_path=str(tmp_path / "log"),
+    )
+    with open(tmp_path / "log", "ab") as log:
+        runner = Runner(b, log)
+        runner.child = subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(600)"], stdout=log, stderr=log
+        )
+        runner.on_fenced("the server says attempt 1 is over")
+        assert runner.child.wait(timeout=30) == -15  # SIGTERM: the training saves and exits
+    assert runner.terminating

@@ -1,0 +1,193 @@
+"""A run's log over Server-Sent Events: whole lines, resumable ids, attempts, the end.
+
+Finished runs are read through the HTTP endpoint (FastAPI's TestClient returns a response once
+the stream ends); following a live run drives the stream's event generator directly, writing to
+the log file and reporting the runner's exit between events. No socket is opened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from starforge.client.sse import parse
+from starforge.contract.api import API_PREFIX
+from starforge.contract.states import JobStatus
+from starforge.server.api import stream
+from starforge.server.app import create_app
+from starforge.server.runtime import Runtime
+from starforge.server.services import jobs, users
+from starforge.server.settings import Settings
+
+from .factories import (
+    TOKENS,
+    FakeExecutor,
+    force,
+    report,
+    run_row,
+    running_run,
+    schedule,
+    submit,
+)
+
+ALICE = {"Authorization": f"Bearer {TOKENS['alice']}"}
+
+
+@pytest.fixture
+def client(settings: Settings, executor: FakeExecutor) -> Iterator[TestClient]:
+    app = create_app(
+        settings.model_copy(update={"embedded": False}), executor=executor, run_loops=False
+    )
+    with TestClient(app, base_url="http://testserver" + API_PREFIX) as c:
+        rt: Runtime = app.state.runtime
+        rt.pick_port = lambda: 40000
+        with rt.transaction() as session:
+            for name, token in TOKENS.items():
+                users.ensure_user(session, name, token)
+        yield c
+
+
+def runtime(client: TestClient) -> Runtime:
+    return client.app.state.runtime  # type: ignore[attr-defined,no-any-return]
+
+
+def log_of(rt: Runtime, run_id: str, attempt: int = 1) -> Path:
+    return Path(run_row(rt, run_id).attempt(attempt).log_path)  # type: ignore[union-attr]
+
+
+def events(client: TestClient, run_id: str, **kw: Any) -> list[tuple[str, Any, str | None]]:
+    headers = {**ALICE, **kw.pop("headers", {})}
+    resp = client.get(f"/runs/{run_id}/logs/stream", headers=headers, params=kw)
+    assert resp.status_code == 200, resp.text
+    assert resp.headers["content-type"].startswith("text/event-stream")
+    return [(e.event, json.loads(e.data), e.id) for e in parse(resp.text.splitlines())]
+
+
+def text(got: list[tuple[str, Any, str | None]]) -> str:
+    return "".join(data["text"] for kind, data, _ in got if kind == "log")
+
+
+def finished_run(rt: Runtime, content: bytes, exit_code: int = 0) -> str:
+    run_id = running_run(rt)
+    log_of(rt, run_id).write_bytes(content)
+    report(rt, run_id, "exited", exit_code=exit_code)
+    return run_id
+
+
+def test_a_finished_runs_stream_is_its_whole_log_then_end(client: TestClient) -> None:
+    content = b"step 1\nstep 2\nno newline at the end"
+    run_id = finished_run(runtime(client), content)
+    got = events(client, run_id)
+    assert got[0][0] == "status" and got[0][1]["status"] == "succeeded"
+    assert text(got) == content.decode()
+    kind, data, last_id = got[-1]
+    assert (kind, data["status"], data["exit_code"]) == ("end", "succeeded", 0)
+    assert last_id == f"1:{len(content)}"
+
+
+def test_resuming_from_an_event_id_sends_exactly_the_rest(client: TestClient) -> None:
+    lines = [f"line {i}\n".encode() for i in range(50)]
+    run_id = finished_run(runtime(client), b"".join(lines))
+    after_ten = len(b"".join(lines[:10]))
+    resumed = events(client, run_id, headers={"Last-Event-ID": f"1:{after_ten}"})
+    assert text(resumed) == b"".join(lines[10:]).decode()
+    assert text(events(client, run_id, **{"from": f"1:{after_ten}"})) == text(resumed)
+
+
+def test_tail_starts_that_many_lines_before_the_end(client: TestClient) -> None:
+    run_id = finished_run(runtime(client), b"".join(f"l{i}\n".encode() for i in range(10)))
+    assert text(events(client, run_id, tail=3)) == "l7\nl8\nl9\n"
+    assert text(events(client, run_id, tail=0)) == ""
+    assert text(events(client, run_id, tail=99)).startswith("l0\n")
+
+
+def test_a_retried_run_streams_each_attempt_after_an_attempt_event(client: TestClient) -> None:
+    rt = runtime(client)
+    run_id = finished_run(rt, b"first try\n", exit_code=1)
+    force(rt, run_id, JobStatus.QUEUED)
+    assert run_id in schedule(rt)
+    report(rt, run_id, "running", attempt=2)
+    log_of(rt, run_id, 2).write_bytes(b"second try\n")
+    report(rt, run_id, "exited", attempt=2, exit_code=0)
+    got = events(client, run_id)
+    kinds = [k for k, _, _ in got]
+    assert kinds == ["status", "log", "attempt", "log", "end"]
+    assert (got[1][2], got[2][2], got[3][2]) == ("1:10", "2:0", "2:11")
+    assert text(got) == "first try\nsecond try\n"
+    assert text(events(client, run_id, headers={"Last-Event-ID": "1:10"})) == "second try\n"
+
+
+def test_a_bad_event_id_and_an_unknown_run_are_clear_errors(client: TestClient) -> None:
+    run_id = finished_run(runtime(client), b"x\n")
+    bad = client.get(
+        f"/runs/{run_id}/logs/stream", headers={**ALICE, "Last-Event-ID": "three:four"}
+    )
+    assert bad.status_code == 400 and "ATTEMPT:OFFSET" in bad.json()["hint"]
+    assert client.get("/runs/r-nothere123/logs/stream", headers=ALICE).status_code == 404
+    bob = {"Authorization": f"Bearer {TOKENS['bob']}"}
+    assert client.get(f"/runs/{run_id}/logs/stream", headers=bob).status_code == 404
+
+
+def test_a_follower_sends_lines_as_they_come_and_ends_with_the_run(rt: Runtime) -> None:
+    run_id = running_run(rt)
+    path = log_of(rt, run_id)
+    path.write_bytes(b"")
+
+    async def scenario() -> list[Any]:
+        follower = stream.Follower(rt, "alice", run_id, 1, 0)
+        gen = follower.events()
+        seen = [await anext(gen)]  # the status
+        path.write_bytes(b"a\npart")
+        seen.append(await asyncio.wait_for(anext(gen), 30))
+        with path.open("ab") as fh:
+            fh.write(b"ial\nlast without newline")
+        seen.append(await asyncio.wait_for(anext(gen), 30))
+        # The follower holds no transaction while it waits: the runner's exit is recorded.
+        await asyncio.to_thread(report, rt, run_id, "exited", exit_code=0)
+        async for event in gen:
+            seen.append(event)
+        return seen
+
+    seen = asyncio.run(scenario())
+    kinds = [e.event for e in seen]
+    assert kinds[:3] == ["status", "log", "log"] and kinds[-1] == "end"
+    texts = [json.loads(e.data)["text"] for e in seen if e.event == "log"]
+    assert texts[:2] == ["a\n", "partial\n"]  # whole lines only while the run goes on
+    assert "".join(texts) == "a\npartial\nlast without newline"
+    assert jobs.get(rt, "alice", run_id).status == JobStatus.SUCCEEDED
+
+
+def test_a_queued_run_is_followed_until_it_starts(rt: Runtime) -> None:
+    waiting = submit(rt).run_id  # no scheduler pass: it stays queued
+    assert run_row(rt, waiting).status == JobStatus.QUEUED
+
+    async def scenario() -> list[Any]:
+        gen = stream.Follower(rt, "alice", waiting, 1, 0).events()
+        first = await anext(gen)
+        await asyncio.to_thread(jobs.stop, rt, "alice", waiting)
+        return [first, *[e async for e in gen]]
+
+    seen = asyncio.run(scenario())
+    assert json.loads(seen[0].data)["attempts"] == 0
+    assert [e.event for e in seen][-1] == "end"
+    assert json.loads(seen[-1].data)["status"] == "stopped"
+
+
+def test_reading_cuts_at_line_ends_and_a_huge_line_at_a_character_boundary(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "log"
+    path.write_bytes(b"one\ntwo")
+    assert stream.read_from(path, 0, complete=False) == ("one\n", 4)
+    assert stream.read_from(path, 4, complete=True) == ("two", 7)
+    path.write_bytes(b"a" + "é".encode() * stream.MAX_EVENT_BYTES)
+    got, end = stream.read_from(path, 0, complete=False)
+    assert end % 2 == 1 and "\ufffd" not in got
+    assert stream.read_from(tmp_path / "missing", 0, complete=True) == ("", 0)
+    assert stream.tail_offset(None, 5) == 0
