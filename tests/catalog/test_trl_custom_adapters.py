@@ -13,6 +13,7 @@ from starforge.contract.env import Binding, job_env
 from starforge.contract.jobspec import InputKind, InputRef, Inputs, JobSpec, Provenance
 
 RUN = "/s/runs/ada/lab/e1/r-0123456789"
+WORK = f"{RUN}/work"
 
 
 def binding() -> Binding:
@@ -22,7 +23,7 @@ def binding() -> Binding:
         user="ada",
         storage_root="/s",
         run_dir=RUN,
-        work_dir=f"{RUN}/work",
+        work_dir=WORK,
         out_dir=f"{RUN}/out",
         log_path=f"{RUN}/logs/attempt-2.log",
     )
@@ -55,8 +56,8 @@ def test_trl_runs_train_py_with_the_resolved_trainer_arguments() -> None:
     }
     plan = compile_plan(context("trl/grpo", files, {"learning_rate": 0.005}))
     config_path = f"{RUN}/state/attempt-2.trainer-args.yaml"
-    assert plan.argv == [sys.executable, f"{RUN}/work/experiments/e1/train.py"]
-    assert plan.cwd == f"{RUN}/work/experiments/e1"
+    assert plan.argv == [sys.executable, f"{WORK}/experiments/e1/train.py"]
+    assert plan.cwd == f"{WORK}/experiments/e1"
     assert plan.env["FORGE_CONFIG"] == config_path
     assert yaml.safe_load(plan.files[config_path]) == {
         "learning_rate": 0.005,
@@ -68,6 +69,6 @@ def test_trl_runs_train_py_with_the_resolved_trainer_arguments() -> None:
 
 def test_custom_runs_train_sh_as_it_is() -> None:
     plan = compile_plan(context("custom/custom", {}, {}))
-    assert plan.argv == ["bash", f"{RUN}/work/experiments/e1/train.sh"]
+    assert plan.argv == ["bash", f"{WORK}/experiments/e1/train.sh"]
     assert plan.files == {}
     assert plan.env["FORGE_RUN_ID"] == "r-0123456789"
