@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+
+from tests.catalog.trl_harness import CATALOG, TemplateLab, logged, train
 
 pytestmark = [
     pytest.mark.training,
@@ -25,75 +23,23 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="needs the [train] extra"),
 ]
 
-SRC = Path(__file__).resolve().parents[2] / "src"
-TEMPLATE = SRC / "starforge" / "catalog" / "trl" / "sft" / "template"
+METHOD = "sft"
+TEMPLATE = CATALOG / "trl" / METHOD / "template"
 OVERRIDES = {"learning_rate": 0.005, "max_steps": 12}  # config.yaml says 0.01 and 20
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A lab with the template as experiments/demo, after ``prepare.py``."""
-    root = tmp_path_factory.mktemp("lab")
-    (root / "starforge.yaml").write_text("project: demo\n")
-    exp = root / "experiments" / "demo"
-    shutil.copytree(TEMPLATE, exp, ignore=shutil.ignore_patterns("__pycache__"))
-    done = subprocess.run(
-        [sys.executable, "prepare.py"],
-        cwd=exp,
-        env=job_env(root, root / "none"),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return root
+    return TemplateLab.create(tmp_path_factory.mktemp("lab"), METHOD).root
 
 
 def job_env(root: Path, out: Path, config: dict[str, Any] | None = None) -> dict[str, str]:
-    """The runner's environment; ``config`` is written as the composed FORGE_CONFIG file."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FORGE_")}
-    env.update(
-        FORGE_EXP_DIR=str(root / "experiments" / "demo"),
-        FORGE_OUT_DIR=str(out),
-        FORGE_RUN_ID="run-1",
-        FORGE_ATTEMPT="1",
-        FORGE_MODEL=str(root / "models" / "tiny-llama"),
-        FORGE_TRAIN_DATA=str(root / "data" / "sft-train.jsonl"),
-        FORGE_VALIDATION_DATA=str(root / "data" / "sft-val.jsonl"),
-        HF_HUB_OFFLINE="1",
-        HF_HOME=str(root / ".hf-home"),
-        OMP_NUM_THREADS="1",
-        PYTHONUNBUFFERED="1",
-    )
-    if config is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        path = out.parent / "forge-config.yaml"
-        path.write_text(yaml.safe_dump(config))
-        env["FORGE_CONFIG"] = str(path)
-    return env
+    return TemplateLab(root, METHOD).env(out, config)
 
 
 def composed(out: Path, **overrides: Any) -> dict[str, Any]:
-    """What the platform hands the job: config.yaml, the run's overrides, output_dir."""
-    config = yaml.safe_load((TEMPLATE / "config.yaml").read_text())
-    return {**config, **overrides, "output_dir": str(out / "checkpoints")}
-
-
-def train(env: dict[str, str]) -> tuple[int, str, str]:
-    Path(env["FORGE_OUT_DIR"]).mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        [sys.executable, "train.py"],
-        cwd=env["FORGE_EXP_DIR"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    return done.returncode, done.stdout, done.stderr
-
-
-def logged(output: str, tag: str) -> list[dict[str, Any]]:
-    return [json.loads(line[len(tag) :]) for line in output.splitlines() if line.startswith(tag)]
+    return TemplateLab(out, METHOD).composed(out, **overrides)
 
 
 def test_prepare_writes_reversal_pairs(lab: Path) -> None:
