@@ -33,6 +33,7 @@ from starforge.contract.profiles import Pool
 
 METHODS = ["verl/grpo", "verl/sft"]
 RUN_DIR = "/mnt/sf/runs/ada/lab/demo/r-0123456789"
+WORK_DIR = f"{RUN_DIR}/work"
 ACTOR = "actor_rollout_ref.actor"
 
 
@@ -184,8 +185,8 @@ GRPO_OVERRIDES = [
     "data.max_response_length=1024",
     "data.filter_overlong_prompts=true",
     "data.truncation=error",
-    f"data.train_files={RUN_DIR}/work/data/gsm8k/train.parquet",
-    f"data.val_files={RUN_DIR}/work/data/gsm8k/test.parquet",
+    f"data.train_files={WORK_DIR}/data/gsm8k/train.parquet",
+    f"data.val_files={WORK_DIR}/data/gsm8k/test.parquet",
     "actor_rollout_ref.model.use_remove_padding=true",
     "actor_rollout_ref.model.enable_gradient_checkpointing=true",
     "actor_rollout_ref.model.path=/mnt/models/Qwen2.5-3B-Instruct",
@@ -235,7 +236,7 @@ def test_grpo_node_0_starts_the_ray_head_then_runs_main_ppo_with_every_override(
     assert plan.argv[:6] == ["bash", "-c", RAY_HEAD_SCRIPT, "starforge-ray-head", "29500", "2"]
     assert "ray.nodes()" in plan.argv[6]  # the wait-for-every-node snippet
     assert plan.argv[7:] == ["python3", "-m", "verl.trainer.main_ppo", *GRPO_OVERRIDES]
-    assert plan.cwd == f"{RUN_DIR}/work/experiments/demo"
+    assert plan.cwd == f"{WORK_DIR}/experiments/demo"
     assert plan.env["RAY_ADDRESS"] == "10.0.0.1:29500"
     assert plan.env["FORGE_RUN_ID"] == "r-0123456789" and plan.files == {}
 
@@ -281,8 +282,8 @@ def test_sft_runs_torchrun_on_every_node_with_its_rank(tmp_path: Path) -> None:
         "data.messages_key=messages",
         "data.max_token_len_per_gpu=8192",
         "data.pad_mode=no_padding",
-        f"data.train_files={RUN_DIR}/work/data/gsm8k/train.parquet",
-        f"data.val_files={RUN_DIR}/work/data/gsm8k/test.parquet",
+        f"data.train_files={WORK_DIR}/data/gsm8k/train.parquet",
+        f"data.val_files={WORK_DIR}/data/gsm8k/test.parquet",
         "optim.lr=1e-05",
         "optim.lr_warmup_steps_ratio=0.05",
         "optim.lr_scheduler_type=cosine",
@@ -306,7 +307,7 @@ def test_sft_runs_torchrun_on_every_node_with_its_rank(tmp_path: Path) -> None:
         "trainer.experiment_name=demo-r-0123456789",
         "engine.ulysses_sequence_parallel_size=1",
     ]
-    assert plan.cwd == f"{RUN_DIR}/work/experiments/demo"
+    assert plan.cwd == f"{WORK_DIR}/experiments/demo"
 
 
 def test_a_set_overrides_the_config_and_a_resume_point_becomes_resume_path(
