@@ -4,6 +4,7 @@ records in its state folder, heartbeats, and submissions with an auto-retry limi
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +34,13 @@ def checkpoint(rt: Runtime, run_id: str, name: str, *, hf: bool = False) -> Path
     return path
 
 
-def exit_record(rt: Runtime, run_id: str, code: int, *, attempt: int = 1, rank: int = 0) -> None:
+def exit_record(
+    rt: Runtime, run_id: str, code: int, *, attempt: int = 1, rank: int = 0, age_s: float = 60.0
+) -> None:
+    """The record a runner writes before its final report, ``age_s`` seconds ago."""
     path = rt.storage.exit_record_path(run_dir(rt, run_id), attempt, rank)
-    path.write_text(json.dumps({"exit_code": code, "end_reason": None}))
+    record = {"exit_code": code, "end_reason": None, "at": time.time() - age_s}
+    path.write_text(json.dumps(record))
 
 
 def runner_record(rt: Runtime, run_id: str, pid: int, *, attempt: int = 1, rank: int = 0) -> None:

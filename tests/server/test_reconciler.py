@@ -17,7 +17,13 @@ from starforge.server.db.models import Run, utcnow
 from starforge.server.runtime import Runtime
 from starforge.server.services import actions, dispatch, reconcile
 from starforge.server.services.lifecycle import decide
-from starforge.server.services.reconcile import Act, Clock, NodeFacts, judge_node
+from starforge.server.services.reconcile import (
+    REPORT_GRACE_S,
+    Act,
+    Clock,
+    NodeFacts,
+    judge_node,
+)
 
 from .factories import FakeExecutor, report, run_row, running_run, submit
 from .lifecycle_factories import beat, checkpoint, exit_record, runner_record
@@ -35,9 +41,10 @@ def node_facts(draw: st.DrawFn) -> NodeFacts:
     record = draw(
         st.none()
         | st.builds(
-            lambda code, why: {"exit_code": code, "end_reason": why},
+            lambda code, why, at: {"exit_code": code, "end_reason": why, "at": at},
             st.integers(-1, 255),
             st.sampled_from([None, "exit_nonzero", "oom"]),
+            st.none() | st.floats(0, 2000),
         )
     )
     return NodeFacts(
@@ -72,10 +79,15 @@ def test_an_exited_node_is_never_touched_again(f: NodeFacts, c: Clock) -> None:
 
 
 @given(node_facts(), clocks())
-def test_an_exit_record_always_settles_the_node_with_its_code(f: NodeFacts, c: Clock) -> None:
+def test_an_exit_record_settles_the_node_with_its_code_unless_its_live_runner_reports_it(
+    f: NodeFacts, c: Clock
+) -> None:
     v = judge_node(f, c)
     if f.state != "exited" and f.exit_record is not None:
-        assert (v.act, v.exit_code) == (Act.EXIT, f.exit_record["exit_code"])
+        at = f.exit_record["at"]
+        reporting = f.alive is True and at is not None and c.now - at < REPORT_GRACE_S
+        expected = (Act.LEAVE, None) if reporting else (Act.EXIT, f.exit_record["exit_code"])
+        assert (v.act, v.exit_code) == expected
     if v.act is Act.EXIT:
         assert f.exit_record is not None
 
@@ -321,3 +333,13 @@ def test_reconciling_twice_changes_nothing_more(rt: Runtime, executor: KillingEx
     twice = run_row(rt, run_id)
     assert (once.status, len(once.events)) == (twice.status, len(twice.events)) == ("failed", 4)
     assert Path(once.attempts[0].log_path).name == "attempt-1.log"
+
+
+def test_a_live_runner_that_just_exited_reports_for_itself(rt: Runtime) -> None:
+    run_id = running_run(rt)
+    exit_record(rt, run_id, 0, age_s=0.0)  # written a moment ago; the runner is still alive
+    dispatch.reconcile(rt)
+    assert run_row(rt, run_id).status == "running"
+    report(rt, run_id, "exited", exit_code=0)
+    run = run_row(rt, run_id)
+    assert (run.status, run.events[-1].actor) == ("succeeded", "runner:0")

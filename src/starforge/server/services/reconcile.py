@@ -7,6 +7,8 @@ the run dir, its latest heartbeat); :func:`judge_node`, a pure function, turns t
 
 - An exit record (written by the runner before its final report) finalises the node with the
   recorded code, whether or not the report ever arrived: a server that was down misses nothing.
+  A live runner gets ``REPORT_GRACE_S`` after writing it to deliver its own reports (in order,
+  so a short run keeps its ``running`` event).
 - A node without an executor reference (the server died between committing a placement and
   recording the start) is adopted when its runner left a runner record naming a live process,
   else it never started (``startup_failed``). Either way no second runner is started for it.
@@ -59,6 +61,9 @@ class NodeFacts:
     beat: float | None  # epoch seconds of its latest heartbeat (None: it never beat)
 
 
+REPORT_GRACE_S = 5.0  # how long a live runner's own reports win over its exit record
+
+
 @dataclass(frozen=True)
 class Clock:
     now: float  # epoch seconds
@@ -81,6 +86,11 @@ def judge_node(f: NodeFacts, clock: Clock) -> Verdict:
     if f.state == lifecycle.EXITED:
         return Verdict(Act.LEAVE)
     if f.exit_record is not None:
+        written = f.exit_record.get("at")
+        fresh = isinstance(written, int | float) and clock.now - written < REPORT_GRACE_S
+        if f.alive is True and fresh:
+            # A live runner is delivering its own reports (in order: `running`, then `exited`).
+            return Verdict(Act.LEAVE)
         reason = f.exit_record.get("end_reason")
         return Verdict(Act.EXIT, int(f.exit_record["exit_code"]), str(reason) if reason else None)
     if f.ref is None:
