@@ -9,7 +9,6 @@ accept and refuse what NeMo-RL 0.7.0 accepts and refuses.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -25,35 +24,18 @@ from starforge.catalog.checks import nemo_rl as checks
 from starforge.catalog.loader import CATALOG_ROOT, Method, load_file
 from starforge.contract import params
 from starforge.contract.config import MISSING, compose, get_path, set_path
-from starforge.contract.env import Binding, job_env
+from starforge.contract.env import job_env
 from starforge.contract.errors import BatchValidation
 from starforge.contract.jobspec import InputKind, InputRef, Inputs, JobSpec, Provenance
 from starforge.contract.profiles import Pool
+from tests.catalog.compile_harness import RUN_DIR, binding, lay_out, reader
 
 METHODS = ["nemo-rl/grpo", "nemo-rl/sft"]
-RUN_DIR = "/mnt/sf/runs/ada/lab/demo/r-0123456789"
 CONFIG_FILE = f"{RUN_DIR}/state/attempt-1.nemo-rl-config.yaml"
 
 
 def method(method_id: str) -> Method:
     return load_file(CATALOG_ROOT / method_id / "method.yaml")
-
-
-def lay_out(m: Method, root: Path, name: str = "demo") -> Path:
-    """The lab ``sf new`` makes: template/* in experiments/NAME, template/lab/* at the root."""
-    shutil.copytree(
-        m.template_dir, root / "experiments" / name, ignore=shutil.ignore_patterns("lab")
-    )
-    shutil.copytree(m.template_dir / "lab", root, dirs_exist_ok=True)
-    return root
-
-
-def reader(root: Path):
-    def read(rel: str) -> str | None:
-        path = root / rel
-        return path.read_text() if path.is_file() else None
-
-    return read
 
 
 def spec_for(m: Method, root: Path, sets: list[str] | None = None) -> JobSpec:
@@ -68,25 +50,6 @@ def spec_for(m: Method, root: Path, sets: list[str] | None = None) -> JobSpec:
         ),
         hyperparams=params.resolve(m.params, composed, sets or []),  # what the client records
         provenance=Provenance(git_commit="0" * 40, client_version="test"),
-    )
-
-
-def binding(node_rank: int = 0, nnodes: int = 2, **extra: Any) -> Binding:
-    return Binding(
-        run_id="r-0123456789",
-        attempt=1,
-        user="ada",
-        storage_root="/mnt/sf",
-        run_dir=RUN_DIR,
-        work_dir=f"{RUN_DIR}/work",
-        out_dir=f"{RUN_DIR}/out",
-        log_path=f"{RUN_DIR}/logs/attempt-1.log",
-        node_rank=node_rank,
-        nnodes=nnodes,
-        gpus_per_node=8,
-        master_addr="10.0.0.1",
-        master_port=29500,
-        **extra,
     )
 
 
