@@ -26,7 +26,7 @@ def test_migrating_twice_changes_nothing(tmp_path: Path) -> None:
     migrate(engine)
     with engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").all() == [
-            ("0005_merge",)
+            ("0007_user_blobs",)
         ]
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30000
