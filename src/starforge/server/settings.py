@@ -137,7 +137,7 @@ class Settings(BaseSettings):
     # Request bodies, in bytes: a body beyond its route's limit is answered 413 and never kept
     # (Content-Length over the limit is refused before a byte is read; a longer stream is cut).
     max_body_bytes: int = Field(default=1 << 20, ge=1024)  # every route not named below
-    max_submit_bytes: int = Field(default=64 << 20, ge=1024)  # POST /jobs (spec + manifest)
+    max_submit_bytes: int = Field(default=64 << 20, ge=1024)  # /jobs and /blobs/missing
     max_ingest_bytes: int = Field(default=16 << 20, ge=1024)  # one metrics batch of a job
     max_blob_bytes: int = Field(default=8 << 30, ge=1024, le=MAX_FILE_BYTES)  # one uploaded file
     # A temporary upload not written to for this long belongs to a dead upload: removed at start

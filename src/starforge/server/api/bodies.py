@@ -2,7 +2,8 @@
 
 :class:`BodyLimit` is a small ASGI middleware around the whole app. Each request gets the limit
 of its route (:func:`limit_for`: blob uploads, metrics ingest and submissions have their own
-configured limits, every other route the generic one). A ``Content-Length`` over the limit is
+configured limits, ``/blobs/missing`` shares the submissions' limit as it lists a package's
+digests, every other route has the generic one). A ``Content-Length`` over the limit is
 answered 413 at once, without reading the body; a body that streams past the limit (chunked, or
 longer than it said) is cut there: the client gets the 413 and the route's read raises
 :class:`~starforge.contract.errors.BodyTooLarge`, so an upload in progress is aborted and nothing
@@ -26,7 +27,7 @@ from starforge.server.settings import Settings
 
 _BLOB = re.compile(rf"^{re.escape(API_PREFIX)}/blobs/[^/]+$")
 _INGEST = re.compile(rf"^{re.escape(API_PREFIX)}/runs/[^/]+/ingest$")
-_SUBMIT = f"{API_PREFIX}/jobs"
+_MANIFEST_SIZED = {f"{API_PREFIX}/jobs", f"{API_PREFIX}/blobs/missing"}
 
 
 def limit_for(settings: Settings, method: str, path: str) -> int:
@@ -35,8 +36,8 @@ def limit_for(settings: Settings, method: str, path: str) -> int:
         return settings.max_blob_bytes
     if method == "POST" and _INGEST.match(path):
         return settings.max_ingest_bytes
-    if method == "POST" and path.rstrip("/") == _SUBMIT:
-        return settings.max_submit_bytes
+    if method == "POST" and path.rstrip("/") in _MANIFEST_SIZED:
+        return settings.max_submit_bytes  # both carry one entry per file of a package
     return settings.max_body_bytes
 
 
