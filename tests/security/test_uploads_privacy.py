@@ -7,7 +7,7 @@ import hashlib
 from fastapi.testclient import TestClient
 
 from starforge.server.settings import Settings
-from tests.server.factories import running_run
+from tests.server.factories import request, running_run
 
 from .conftest import ALICE, BOB, ROOT, runtime, wire
 
@@ -58,3 +58,16 @@ def test_cluster_status_shows_another_users_runs_to_nobody_but_admins(
     # The capacity figures stay the same for everyone.
     bob_view = client.get("/cluster/status", headers=BOB).json()
     assert sum(n["used"] for n in bob_view["nodes"]) == 8
+
+
+def test_a_package_may_not_use_a_blob_another_user_uploaded(client: TestClient) -> None:
+    assert client.put(f"/blobs/{DIGEST}", content=SECRET, headers=ALICE).status_code == 201
+    body = request(runtime(client)).model_dump(mode="json")
+    body["manifest"]["files"].append(
+        {"path": "experiments/exp/stolen.txt", "sha256": DIGEST, "size": len(SECRET)}
+    )
+    resp = client.post("/jobs", json=body, headers=BOB)
+    assert resp.status_code == 422 and wire(resp)["code"] == "admission.missing_blobs"
+    assert wire(resp)["details"]["missing"] == [DIGEST]
+    assert client.get("/runs", headers=BOB).json()["runs"] == []
+    assert client.post("/jobs", json=body, headers=ALICE).status_code == 201  # hers to use

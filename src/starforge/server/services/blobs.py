@@ -4,8 +4,9 @@ An upload is published only if its content hashes to the digest it was sent unde
 within ``max_blob_bytes`` (:class:`starforge.server.storage.BlobWriter`); otherwise nothing is
 left behind. Existence is answered per user (:mod:`starforge.server.db.blobs`): a digest is
 present for a user only after that user uploaded content hashing to it, so nobody learns from
-``/blobs/missing`` what another user stored. A blob the store already holds is hashed but not
-written again, then recorded as the user's.
+``/blobs/missing`` what another user stored, and a submission may use only blobs its user sent
+(:func:`require_owned`). A blob the store already holds is hashed but not written again, then
+recorded as the user's.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from starforge.contract.api import MAX_DIGESTS
-from starforge.contract.errors import InvalidName
+from starforge.contract.errors import InvalidName, MissingBlobs
 from starforge.contract.names import is_sha256
 from starforge.server.db.blobs import UserBlob
 from starforge.server.runtime import Runtime
@@ -57,6 +58,19 @@ def missing(rt: Runtime, user: str, digests: list[str]) -> list[str]:
     with rt.transaction() as session:
         have = owned(session, user, digests)
     return sorted({d for d in digests if d not in have or not rt.storage.has(d)})
+
+
+def require_owned(rt: Runtime, user: str, digests: list[str]) -> None:
+    """Admit a package only with blobs its submitter has uploaded: a digest someone else stored
+    is not readable by knowing its name (the same answer as ``/blobs/missing`` gives)."""
+    lacking = missing(rt, user, digests)
+    if lacking:
+        raise MissingBlobs(
+            f"{len(lacking)} file(s) of the package are not on the server: "
+            f"{', '.join(lacking[:8])}{' ...' if len(lacking) > 8 else ''}",
+            hint="upload them (POST /blobs/missing, then PUT /blobs/<sha256>) and submit again",
+            details={"missing": lacking[:1000]},
+        )
 
 
 def record(rt: Runtime, user: str, digest: str) -> None:

@@ -36,7 +36,7 @@ from starforge.contract.states import EndReason, JobStatus
 from starforge.server import statemachine
 from starforge.server.db.models import Attempt, Run
 from starforge.server.runtime import Runtime
-from starforge.server.services import admission, lifecycle, quota
+from starforge.server.services import admission, blobs, lifecycle, quota
 
 log = logging.getLogger(__name__)
 MAX_CANDIDATES = 8
@@ -132,6 +132,7 @@ def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
         storage=rt.storage,
         quota=limits,
     )
+    blobs.require_owned(rt, user, req.manifest.digests())  # never another user's uploads
     spec = req.spec
     run = _new_run(user, req, admitted)
     run.priority = limits.priority  # the queue orders by the user's priority at submit
