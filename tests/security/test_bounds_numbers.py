@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -70,3 +71,27 @@ def test_a_huge_profile_is_refused_and_no_run_is_made(client: TestClient, profil
     body["spec"]["profiles"] = [profile]
     assert "spec.profiles.0" in _paths(client.post("/jobs", json=body, headers=ALICE))
     assert client.get("/runs", headers=ALICE).json()["runs"] == []
+
+
+def test_a_non_finite_hyperparameter_is_refused_and_no_run_is_made(client: TestClient) -> None:
+    body = json.dumps(request(runtime(client)).model_dump(mode="json"))
+    body = body.replace('"hyperparams": {}', '"hyperparams": {"optim": {"lr": NaN}}')
+    resp = client.post("/jobs", content=body, headers={**ALICE, "Content-Type": "application/json"})
+    assert "spec.hyperparams" in _paths(resp)
+    assert "optim.lr" in wire(resp)["message"]
+    assert client.get("/runs", headers=ALICE).json()["runs"] == []
+
+
+def test_non_finite_reported_hyperparameters_are_refused_and_nothing_is_kept(
+    client: TestClient,
+) -> None:
+    rt = runtime(client)
+    run_id = running_run(rt)
+    token = binding(rt, run_id)["run_token"]
+    resp = client.post(
+        f"/runs/{run_id}/ingest",
+        content=b'{"hparams": {"lr": Infinity}, "meta": {"ok": 1}}',
+        headers={RUN_TOKEN_HEADER: token, "Content-Type": "application/json"},
+    )
+    assert "hparams" in _paths(resp)
+    assert client.get(f"/runs/{run_id}/meta", headers=ALICE).json()["meta"] == {}

@@ -9,9 +9,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from starforge.contract.jobspec import JobSpec, Manifest
+from starforge.contract.jobspec import JobSpec, Manifest, check_finite
 from starforge.contract.profiles import Pool, ProfileDef
 from starforge.contract.states import EndReason, JobStatus
 
@@ -195,6 +195,11 @@ class IngestRequest(Strict):
     steps: list[MetricStep] = Field(default_factory=list)
     hparams: dict[str, Any] | None = None  # merged into the run's stored hyperparameters
     meta: dict[str, Any] | None = None  # merged into the run's metadata
+
+    @field_validator("hparams", "meta")
+    @classmethod
+    def _finite(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        return check_finite(v)
 
 
 class IngestAck(Lenient):

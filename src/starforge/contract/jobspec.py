@@ -7,16 +7,18 @@ the researcher's machine. Files travel as content-addressed blobs listed in a :c
 
 from __future__ import annotations
 
+import math
 import re
 from enum import StrEnum
 from pathlib import PurePosixPath
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from starforge.contract.names import SAFE_SEGMENT, is_sha256
 
 API_VERSION = "starforge/v1"
+T = TypeVar("T")
 
 
 def _small_numbers(value: str) -> str:
@@ -56,6 +58,20 @@ def check_relpath(value: str) -> str:
         raise ValueError(
             f"{value[:80]!r}: a path component is longer than {MAX_COMPONENT_BYTES} bytes"
         )
+    return value
+
+
+def check_finite(value: T, where: str = "") -> T:
+    """``value`` (JSON-like, nested) unchanged, unless a float in it is NaN or infinite: those
+    have no JSON spelling, so they would be stored as something else or break a reader."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{where or 'value'} is {value}; only finite numbers are accepted")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            check_finite(item, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            check_finite(item, f"{where}[{i}]")
     return value
 
 
@@ -171,6 +187,11 @@ class JobSpec(Strict):
     # Where the run's curves live for an ``external``-observability method (e.g. a W&B project);
     # empty for ``platform`` methods, whose curves the control plane keeps itself.
     observability_url: str = Field(default="", max_length=2048)
+
+    @field_validator("hyperparams")
+    @classmethod
+    def _finite(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return check_finite(v)
 
     @field_validator("project", "experiment")
     @classmethod
