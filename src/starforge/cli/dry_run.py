@@ -6,11 +6,13 @@ the scheduler would write (placeholders where only the server knows: run id, sto
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from starforge.catalog.adapters import CompileContext, compile_plan
 from starforge.cli.submit_flow import Prepared
 from starforge.contract.env import Binding, job_env
+from starforge.contract.layout import StorageLayout
 
 RUN_ID = "r-dryrun0000"
 STORAGE = "<storage>"
@@ -18,7 +20,7 @@ STORAGE = "<storage>"
 
 def bindings(prepared: Prepared, user: str) -> list[Binding]:
     spec = prepared.spec
-    run_dir = f"{STORAGE}/runs/{user}/{spec.project}/{spec.experiment}/{RUN_ID}"
+    run = StorageLayout(Path(STORAGE)).run(user, spec.project, spec.experiment, RUN_ID)
     nnodes = sum(p.nodes for p in prepared.pools)
     found, rank = [], 0
     for pool in prepared.pools:
@@ -29,10 +31,10 @@ def bindings(prepared: Prepared, user: str) -> list[Binding]:
                     attempt=1,
                     user=user,
                     storage_root=STORAGE,
-                    run_dir=run_dir,
-                    work_dir=f"{run_dir}/work",
-                    out_dir=f"{run_dir}/out",
-                    log_path=f"{run_dir}/logs/attempt-1.log",
+                    run_dir=str(run.dir),
+                    work_dir=str(run.work),
+                    out_dir=str(run.out),
+                    log_path=str(run.log(1, rank)),
                     node_rank=rank,
                     nnodes=nnodes,
                     gpus_per_node=pool.gpus_per_node,

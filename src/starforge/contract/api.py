@@ -338,8 +338,7 @@ class ClusterStatus(Lenient):
 
 
 # ---- the control plane's beacon: where runners find the server after it restarts ---------------
-
-CONTROL_PLANE_FILE = "control-plane.json"  # at the storage root, rewritten by each server start
+# (the file: contract.layout.StorageLayout.beacon)
 
 
 class ControlPlane(Lenient):

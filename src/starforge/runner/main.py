@@ -29,10 +29,11 @@ from starforge.catalog.loader import get_method
 from starforge.contract.env import Binding, job_env
 from starforge.contract.errors import RunnerError, StarForgeError
 from starforge.contract.jobspec import JobSpec, Manifest
+from starforge.contract.layout import UNPACKED_MARKER, RunLayout
 from starforge.contract.states import EndReason
 from starforge.runner.preflight import check_packages
 from starforge.runner.report import Reporter, write_exit_record, write_runner_record
-from starforge.runner.unpack import MARKER, manifest_digest, unpack
+from starforge.runner.unpack import manifest_digest, unpack
 
 SIGTERM_EXIT = 128 + signal.SIGTERM
 FENCE_GRACE_S = 30.0
@@ -69,7 +70,7 @@ class Runner:
             timer.start()
 
     def _load(self) -> tuple[JobSpec, Manifest]:
-        data = json.loads((Path(self.binding.run_dir) / "state" / "run.json").read_text())
+        data = json.loads(RunLayout(Path(self.binding.run_dir)).run_json.read_text())
         return JobSpec.model_validate(data["spec"]), Manifest.model_validate(data["manifest"])
 
     def _prepare_work_dir(self, manifest: Manifest) -> None:
@@ -84,7 +85,7 @@ class Runner:
         want = manifest_digest(manifest)
         deadline = time.monotonic() + _PEER_UNPACK_WAIT_S
         while time.monotonic() < deadline:
-            marker = work / MARKER
+            marker = work / UNPACKED_MARKER
             if marker.is_file() and json.loads(marker.read_text()).get("manifest") == want:
                 return
             time.sleep(0.2)

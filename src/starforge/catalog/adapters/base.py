@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from starforge.catalog.loader import Method
@@ -11,6 +12,7 @@ from starforge.contract import params
 from starforge.contract.config import compose, set_path
 from starforge.contract.env import Binding, input_location
 from starforge.contract.jobspec import JobSpec
+from starforge.contract.layout import RunLayout
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,7 @@ class CompileContext:
 
     @property
     def state_dir(self) -> str:
-        return f"{self.binding.run_dir}/state"
+        return str(RunLayout(Path(self.binding.run_dir)).state)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,8 @@ from sqlalchemy.orm import Session
 
 from starforge.catalog.loader import get_method
 from starforge.catalog.schema import AutoRetry
-from starforge.contract.api import CONTROL_PLANE_FILE, ControlPlane, LifecycleEvent
+from starforge.contract.api import ControlPlane, LifecycleEvent
+from starforge.contract.atomic import write_json_atomic
 from starforge.contract.errors import Forbidden, RunNotFound, StarForgeError, Unauthorized
 from starforge.contract.states import EndReason, JobStatus
 from starforge.server import statemachine
@@ -31,7 +32,6 @@ from starforge.server.db.models import Attempt, Run, utcnow
 from starforge.server.runtime import Runtime
 from starforge.server.services import checkpoints
 from starforge.server.services.users import token_digest
-from starforge.server.storage import write_json_atomic
 
 EXITED = "exited"
 # Exit codes of a node that was asked to pause: saved and exited 143 (SIGTERM), killed after the
@@ -278,7 +278,7 @@ def publish_beacon(rt: Runtime) -> None:
     beacon = ControlPlane(
         url=rt.url, heartbeat_s=rt.settings.heartbeat_s, pid=os.getpid(), started_at=rt.started_at
     )
-    write_json_atomic(rt.storage.root / CONTROL_PLANE_FILE, beacon.model_dump(mode="json"))
+    write_json_atomic(rt.storage.layout.beacon, beacon.model_dump(mode="json"))
 
 
 def act_on(rt: Runtime, outcome: Outcome) -> None:

@@ -35,6 +35,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from starforge.contract.errors import StarForgeError
+from starforge.contract.layout import RunLayout
 from starforge.contract.states import EndReason, JobStatus
 from starforge.server.db.models import Attempt, Run, utcnow
 from starforge.server.runtime import Runtime
@@ -123,7 +124,7 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def runner_record_path(run_dir: Path, attempt: int, rank: int) -> Path:
-    return run_dir / "state" / f"attempt-{attempt}.node-{rank}.runner.json"
+    return RunLayout(run_dir).runner_record(attempt, rank)
 
 
 def _facts(rt: Runtime, run_dir: Path, number: int, rank: str, node: dict[str, Any]) -> NodeFacts:
