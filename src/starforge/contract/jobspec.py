@@ -7,11 +7,12 @@ the researcher's machine. Files travel as content-addressed blobs listed in a :c
 
 from __future__ import annotations
 
+import posixpath
 from enum import StrEnum
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from starforge.contract.names import SAFE_SEGMENT, is_sha256
 
@@ -35,6 +36,9 @@ class FileEntry(Strict):
     sha256: str
     size: int = Field(ge=0)
     executable: bool = False
+    # A symlink that points inside the package travels as a link: its target, relative to the
+    # link's folder (sha256 and size are the target's). Absent from the wire for plain files.
+    symlink: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @field_validator("path")
     @classmethod
@@ -47,6 +51,21 @@ class FileEntry(Strict):
         if not is_sha256(v):
             raise ValueError("sha256 must be 64 lowercase hex characters")
         return v
+
+    @model_validator(mode="after")
+    def _link_stays_inside(self) -> FileEntry:
+        if self.symlink is not None:
+            if not self.symlink or self.symlink.startswith("/") or "\\" in self.symlink:
+                raise ValueError(f"symlink {self.symlink!r} must be a relative path")
+            check_relpath(self.link_target or "")
+        return self
+
+    @property
+    def link_target(self) -> str | None:
+        """The package path a symlink entry points at (None for a plain file)."""
+        if self.symlink is None:
+            return None
+        return posixpath.normpath(posixpath.join(posixpath.dirname(self.path), self.symlink))
 
 
 class Manifest(Strict):

@@ -40,6 +40,23 @@ def _copy_verified(src: Path, dst: Path, expected: str) -> None:
         )
 
 
+def _link(manifest: Manifest, staging: Path) -> None:
+    """Recreate the package's symlinks. Each must point at a plain file of the same package (and
+    content), so no link can lead out of the work dir, whatever the manifest says."""
+    plain = {e.path: e.sha256 for e in manifest.files if e.symlink is None}
+    for entry in manifest.files:
+        if entry.symlink is None:
+            continue
+        if plain.get(entry.link_target or "") != entry.sha256:
+            raise RunnerError(
+                f"{entry.path} is a symlink to {entry.symlink}, which is not a file of the "
+                "package; resubmit the run"
+            )
+        dst = staging / entry.path
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(entry.symlink, dst)
+
+
 def unpack(manifest: Manifest, storage_root: Path, work_dir: Path) -> int:
     """Materialise ``manifest`` in ``work_dir``; returns how many files it wrote (0 = reused)."""
     want = manifest_digest(manifest)
@@ -50,6 +67,8 @@ def unpack(manifest: Manifest, storage_root: Path, work_dir: Path) -> int:
     shutil.rmtree(staging, ignore_errors=True)
     try:
         for entry in manifest.files:
+            if entry.symlink is not None:
+                continue  # links are made once every file is in place (see _link)
             src = StorageLayout(storage_root).blob(entry.sha256)
             if not src.is_file():
                 raise RunnerError(
@@ -60,6 +79,7 @@ def unpack(manifest: Manifest, storage_root: Path, work_dir: Path) -> int:
             _copy_verified(src, dst, entry.sha256)
             if entry.executable:
                 dst.chmod(0o755)
+        _link(manifest, staging)
         (staging / UNPACKED_MARKER).write_text(json.dumps({"manifest": want}))
         if work_dir.exists():
             # An incomplete or different work dir from an earlier attempt: replace it whole.

@@ -53,7 +53,7 @@ def run_config(spec: JobSpec, method: Method, read: Callable[[str], str | None])
 
     ``read(lab_relative_path) -> str | None`` reads the package (laptop, server or job)."""
     path = f"{spec.exp_dir}/{method.config.file}"
-    composed = compose(path, read) if read(path) is not None else {}
+    composed = compose(path, read, missing_ok=True)
     return params.apply(method.params, composed, spec.hyperparams)
 
 

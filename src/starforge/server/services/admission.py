@@ -20,7 +20,7 @@ from starforge.catalog.adapters.base import run_config
 from starforge.catalog.checks import CheckContext, run_checks
 from starforge.catalog.loader import EntrypointKind, Method, get_method
 from starforge.catalog.locks import lock_state
-from starforge.contract import images, observability, params
+from starforge.contract import images, observability, params, sensitive
 from starforge.contract.api import Quota
 from starforge.contract.errors import (
     CatalogMismatch,
@@ -206,6 +206,15 @@ def check_observability(
     observability.check_url(mode, spec.observability_url, method.id)
 
 
+def _blob_head(storage: Storage, digest: str) -> bytes | None:
+    """The first bytes of a stored blob (what the content check reads), or None when absent."""
+    path = storage.blob_path(digest)
+    if not path.is_file():
+        return None
+    with path.open("rb") as fh:
+        return fh.read(sensitive.HEAD_BYTES)
+
+
 def admit(
     spec: JobSpec,
     manifest: Manifest,
@@ -216,6 +225,8 @@ def admit(
     quota: Quota | None = None,
 ) -> Admitted:
     """Check a submission end to end; raise the first problem found."""
+    # The packer's sensitive-file policy again, whichever client wrote the manifest.
+    sensitive.refuse_manifest(manifest, read_head=lambda digest: _blob_head(storage, digest))
     method, warnings = check_catalog(spec)
     pools = resolve(parse_profile_args(spec.profiles), profiles, method.roles)
     check_fit(pools, inventory)
