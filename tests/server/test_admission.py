@@ -12,6 +12,7 @@ from starforge.contract.errors import (
     CatalogMismatch,
     MethodNotFound,
     MissingBlobs,
+    MissingEntrypoint,
     MissingInput,
     ProfileError,
     Rejected,
@@ -123,7 +124,8 @@ def test_missing_required_inputs_are_named_by_their_flags(rt: Runtime) -> None:
     err = rejected(rt, request(rt, method_id="trl/grpo", inputs=inputs), MissingInput)
     assert "--train-data" in err.message and "--validation-data" in err.message
     assert "--model" not in err.message
-    assert err.details["missing"] == ["train_data", "validation_data"]
+    assert err.details["inputs"] == ["train_data", "validation_data"]
+    assert err.details["missing"] == ["--train-data", "--validation-data"]
 
 
 def test_a_shared_input_must_exist_on_the_server(rt: Runtime, tmp_path: Path) -> None:
@@ -165,5 +167,5 @@ def test_the_entrypoint_must_be_in_the_package(rt: Runtime) -> None:
     digest = rt.storage.put_bytes(b"print(1)\n")
     manifest = Manifest(files=[FileEntry(path="experiments/exp/other.py", sha256=digest, size=9)])
     req = SubmitRequest(spec=spec(), manifest=manifest, idempotency_key="k" * 16)
-    err = rejected(rt, req, Rejected)
-    assert "experiments/exp/train.sh" in err.message
+    err = rejected(rt, req, MissingEntrypoint)
+    assert "experiments/exp/train.sh" in err.message and err.exit_code == 2
