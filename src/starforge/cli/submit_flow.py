@@ -135,8 +135,6 @@ def prepare(opts: SubmitOptions) -> Prepared:
     warnings += validated.warnings
     method = validated.method
     image = check_image(opts.image) if opts.image else ""
-    mode = observability.mode_of(method.observability, validated.run_config)
-    observability.check_url(mode, opts.observability_url or "", method.id)
     inputs, input_files = _inputs(lab.root, opts)
     state = git.read_state(lab.root, [exp.relpath, *packer.SHARED_DIRS])
     git.require_clean(state, allow_dirty=opts.allow_dirty)
@@ -173,6 +171,9 @@ def prepare(opts: SubmitOptions) -> Prepared:
         package={f.path for f in manifest.files},
         validate_params=not opts.no_validate,
     )
+    # After the shared check, in admission's order (a custom method asks for --image first).
+    mode = observability.mode_of(method.observability, validated.run_config)
+    observability.check_url(mode, spec.observability_url, method.id)
     return Prepared(
         spec=spec,
         manifest=manifest,
