@@ -164,6 +164,8 @@ class LifecycleEvent(Strict):
 
 class ProfilesResponse(Lenient):
     profiles: list[ProfileDef]
+    # Whether jobs run with HF_HUB_OFFLINE (shown by --dry-run); an older server did not say.
+    hf_offline: bool = True
 
 
 # ---- observability: metrics ingest (run token) and queries (user token) ------------------------

@@ -78,6 +78,12 @@ class ImageError(UsageError):
     code = "usage.image"
 
 
+class MissingEntrypoint(UsageError):
+    """The method runs a file of the experiment that the package does not hold."""
+
+    code = "usage.missing_entrypoint"
+
+
 class BatchValidation(UsageError):
     """The seed's "batch size validation failure": a framework rule across several keys."""
 

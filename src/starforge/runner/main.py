@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from starforge.catalog.adapters import CompileContext, LaunchPlan, compile_plan
 from starforge.catalog.adapters.base import run_config
@@ -71,6 +71,9 @@ class Runner:
 
     def _load(self) -> tuple[JobSpec, Manifest]:
         data = json.loads(RunLayout(Path(self.binding.run_dir)).run_json.read_text())
+        # Admission composed the config once; a run.json without one (an older server) is
+        # composed here from the package.
+        self.config: dict[str, Any] | None = data.get("config")
         return JobSpec.model_validate(data["spec"]), Manifest.model_validate(data["manifest"])
 
     def _prepare_work_dir(self, manifest: Manifest) -> None:
@@ -108,7 +111,11 @@ class Runner:
         env = {**self._base_env(), **job_env(spec, b)}
         plan = compile_plan(
             CompileContext(
-                spec=spec, method=method, binding=b, env=env, config=run_config(spec, method, read)
+                spec=spec,
+                method=method,
+                binding=b,
+                env=env,
+                config=self.config if self.config is not None else run_config(spec, method, read),
             )
         )
         for path, content in plan.files.items():

@@ -144,9 +144,19 @@ class Storage:
     def exit_record_path(run_dir: Path, attempt: int, node_rank: int) -> Path:
         return RunLayout(run_dir).exit_record(attempt, node_rank)
 
-    def write_run_json(self, run_dir: Path, spec: dict[str, Any], manifest: dict[str, Any]) -> None:
+    def write_run_json(
+        self,
+        run_dir: Path,
+        spec: dict[str, Any],
+        manifest: dict[str, Any],
+        config: dict[str, Any] | None = None,
+    ) -> None:
+        """``config``: the experiment's config admission composed (the runner reads it)."""
         self.make_run_dir(run_dir)
-        write_json_atomic(self.run_json_path(run_dir), {"spec": spec, "manifest": manifest})
+        data: dict[str, Any] = {"spec": spec, "manifest": manifest}
+        if config is not None:
+            data["config"] = config
+        write_json_atomic(self.run_json_path(run_dir), data)
 
     def write_binding(self, path: Path, binding: dict[str, Any]) -> None:
         # The binding carries the run token in plain text: only the owner may read it.

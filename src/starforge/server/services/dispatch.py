@@ -26,13 +26,13 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from starforge.contract.env import Binding
+from starforge.contract.env import make_binding
 from starforge.contract.profiles import Pool
 from starforge.contract.states import ACTIVE, EndReason, JobStatus
 from starforge.server import statemachine
 from starforge.server.db.models import Attempt, Run, utcnow
 from starforge.server.runtime import Runtime
-from starforge.server.services import checkpoints, lifecycle, quota, scheduler
+from starforge.server.services import admission, checkpoints, lifecycle, quota, scheduler
 from starforge.server.services.users import token_digest
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,7 @@ def place_run(
     slots: list[scheduler.Slot] | None = None,
 ) -> StartOrder | None:
     """Commit ``run``'s placement: ``slots`` the pass chose, else a best fit in ``free``."""
-    pools = [Pool.model_validate(p) for p in run.pools]
+    pools = admission.run_pools(run)
     slots = slots if slots is not None else scheduler.place(pools, free)
     if slots is None:
         reason = scheduler.shortfall(pools, free)
@@ -180,36 +180,28 @@ def write_bindings(
     if not rt.storage.run_json_path(run_dir).exists():  # the database is the source of truth
         rt.storage.write_run_json(run_dir, json.loads(run.spec_json), json.loads(run.manifest_json))
     rt.storage.make_run_dir(run_dir)
-    profiles = {p.name: p for p in rt.settings.profiles}
-    by_pool = {p.name: p for p in pools}
     port = rt.pick_port()
     starts = []
     for slot in slots:
-        pool = by_pool[slot.pool]
         log_path = rt.storage.log_path(run_dir, number, slot.rank)
-        prof = profiles.get(pool.profile)
-        binding = Binding(
+        # The pools carry the profile's env as admitted: today's settings do not reach the run.
+        binding = make_binding(
             run_id=run.id,
             attempt=number,
             user=run.user,
             storage_root=str(rt.storage.root),
             run_dir=str(run_dir),
-            work_dir=str(run_dir / "work"),
-            out_dir=str(run_dir / "out"),
             log_path=str(log_path),
-            node_rank=slot.rank,
-            nnodes=len(slots),
-            gpus_per_node=pool.gpus_per_node,
-            visible_devices=list(slot.gpus),
-            master_addr="127.0.0.1",
-            master_port=port,
             pools=pools,
             pool=slot.pool,
+            node_rank=slot.rank,
+            nnodes=len(slots),
+            visible_devices=list(slot.gpus),
+            master_port=port,
             endpoint=rt.url,
             run_token=token,
             resume_from=resume_from,
             hf_offline=rt.settings.hf_offline,
-            extra_env=dict(prof.env) if prof else {},
         )
         path = rt.storage.binding_path(run_dir, number, slot.rank)
         rt.storage.write_binding(path, binding.model_dump(mode="json"))

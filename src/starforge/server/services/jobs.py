@@ -30,7 +30,6 @@ from starforge.contract.api import (
 from starforge.contract.errors import AmbiguousRun, RunNotFound
 from starforge.contract.jobspec import JobSpec
 from starforge.contract.names import new_run_id
-from starforge.contract.profiles import Pool
 from starforge.contract.states import EndReason, JobStatus
 from starforge.server import statemachine
 from starforge.server.db.models import Attempt, Run
@@ -119,7 +118,10 @@ def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
             statemachine.admit(session, run, reason="waiting for the scheduler", actor=user)
             session.flush()  # the unique constraint fires here, before run.json is written
             rt.storage.write_run_json(
-                run_dir, spec.model_dump(mode="json"), req.manifest.model_dump(mode="json")
+                run_dir,
+                spec.model_dump(mode="json"),
+                req.manifest.model_dump(mode="json"),
+                admitted.config,
             )
     except IntegrityError:
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -212,7 +214,7 @@ def view(rt: Runtime, run: Run, *, full: bool = True) -> RunView:
         exit_code=run.exit_code,
         reason=run.reason,
         profiles=list(data.get("profiles") or []),
-        pools=[Pool.model_validate(p) for p in run.pools],
+        pools=admission.run_pools(run),
         gpus=run.gpus,
         git_commit=str(provenance.get("git_commit", "")),
         git_dirty=bool(provenance.get("git_dirty", False)),
