@@ -10,14 +10,15 @@ import pytest
 
 from starforge.contract.errors import RunnerError
 from starforge.contract.jobspec import FileEntry, Manifest
+from starforge.contract.layout import StorageLayout
 from starforge.project.packer import build_manifest
-from starforge.runner.unpack import blob_path, unpack
+from starforge.runner.unpack import unpack
 
 
 def store(storage: Path, lab: Path, manifest: Manifest) -> None:
     """Upload as the CLI does: each digest's bytes, read through the lab (links followed)."""
     for entry in manifest.files:
-        path = blob_path(storage, entry.sha256)
+        path = StorageLayout(storage).blob(entry.sha256)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes((lab / entry.path).read_bytes())
 

@@ -20,8 +20,8 @@ from starforge.catalog.loader import get_method
 from starforge.contract.api import API_PREFIX
 from starforge.contract.env import Binding
 from starforge.contract.jobspec import FileEntry, JobSpec, Manifest, Provenance
+from starforge.contract.layout import StorageLayout
 from starforge.project.lab import Lab
-from starforge.runner.unpack import blob_path
 from starforge.server.app import create_app
 from starforge.server.db.models import Run
 from starforge.server.runtime import Runtime
@@ -105,7 +105,7 @@ def test_admission_refuses_the_config_through_the_api(bomb: str, client: TestCli
 
 def put_blob(root: Path, data: bytes) -> str:
     digest = hashlib.sha256(data).hexdigest()
-    path = blob_path(root, digest)
+    path = StorageLayout(root).blob(digest)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
     return digest
