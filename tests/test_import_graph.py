@@ -33,12 +33,12 @@ KNOWN_CYCLES: dict[frozenset[str], str] = {
             "starforge.catalog.checks.trl",
             "starforge.catalog.checks.verl",
         }
-    ): "catalog: the package imports its checks, which import CheckContext from the package "
-    "(move CheckContext into a module of its own)",
+    ): "catalog/checks, no owner yet: the package imports its checks, which import CheckContext "
+    "from the package (move CheckContext into a module of its own)",
     frozenset({"starforge.report", "starforge.report.hf"}): "H4 (report): report.__getattr__ "
     "imports report.hf, which imports report",
-    frozenset({"starforge.server.services.actions", "starforge.server.services.jobs"}): "issue 9 "
-    "(the jobs.stop forwarding shim)",
+    frozenset({"starforge.server.services.actions", "starforge.server.services.jobs"}): "issue 9, "
+    "server services (the jobs.stop forwarding shim)",
     frozenset({"starforge.server.services.dispatch", "starforge.server.services.reconcile"}): "H1 "
     "(the dispatch.reconcile forwarding shim)",
 }

@@ -56,6 +56,7 @@ def parser_error(exc: typer.TyperException) -> StarForgeError:
     """The parser's exception as our one-line error, with a hint naming the command's help."""
     ctx: Any = getattr(exc, "ctx", None)
     path = ctx.command_path if ctx is not None else "sf"
+    # By name: the class lives only in typer's private `_click` package.
     if type(exc).__name__ == "NoArgsIsHelpError":
         # typer has already printed the group's help; say in one line what was missing.
         commands = ", ".join(ctx.command.list_commands(ctx)) if ctx is not None else ""
