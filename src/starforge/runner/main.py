@@ -70,7 +70,8 @@ class Runner:
 
     def _load(self) -> tuple[JobSpec, Manifest]:
         data = json.loads((Path(self.binding.run_dir) / "state" / "run.json").read_text())
-        return JobSpec.model_validate(data["spec"]), Manifest.model_validate(data["manifest"])
+        # Lenient: run.json may come from a newer server than this runner image.
+        return JobSpec.read(data["spec"]), Manifest.read(data["manifest"])
 
     def _prepare_work_dir(self, manifest: Manifest) -> None:
         work = Path(self.binding.work_dir)
@@ -168,7 +169,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m starforge.runner BINDING_JSON", file=sys.stderr)
         return 2
-    binding = Binding.model_validate_json(Path(argv[0]).read_text())
+    binding = Binding.read(Path(argv[0]).read_bytes())  # lenient: the server may be newer
     write_runner_record(binding)  # first: a server that never recorded this start adopts it
     Path(binding.log_path).parent.mkdir(parents=True, exist_ok=True)
     with open(binding.log_path, "ab", buffering=0) as log:

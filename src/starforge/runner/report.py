@@ -96,7 +96,7 @@ def write_exit_record(binding: Binding, exit_code: int, end_reason: EndReason | 
 def read_beacon(storage_root: str) -> ControlPlane | None:
     try:
         text = (Path(storage_root) / CONTROL_PLANE_FILE).read_text()
-        return ControlPlane.model_validate_json(text)
+        return ControlPlane.read(text)
     except (OSError, ValueError):
         return None
 
