@@ -11,27 +11,22 @@ run records, SSE payloads) and of ``catalog/schema.py`` derives from :class:`Con
   is named in a debug log of the ``starforge.contract`` logger. A client, server or runner image
   one version apart therefore reads what the other wrote, as long as no field it needs is gone.
 
-The mode is carried by pydantic's validation context, which reaches every nested model of one
-validation, so one class serves both sides and nested models always follow the outer read.
-Missing required fields and wrong types are errors in both modes.
+Both modes are pydantic's own: a read validates with ``extra="ignore"`` given at validation time,
+which reaches every nested model of that validation, so one class serves both sides and nested
+models always follow the outer read; a build costs nothing extra. Missing required fields and
+wrong types are errors in both modes. Only when the debug log is on does a read validate a second
+time, keeping the unknown fields (``extra="allow"``), to name them.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, ClassVar, Self
+from collections.abc import Iterator
+from typing import Any, Literal, Self
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, ValidationInfo, model_validator
+from pydantic import BaseModel, ConfigDict
 
 log = logging.getLogger("starforge.contract")
-
-_LENIENT = "starforge.lenient"
-READ: dict[str, bool] = {_LENIENT: True}  # the validation context of a lenient read
-
-
-def is_lenient(info: ValidationInfo) -> bool:
-    """Whether the validation running now is a lenient read (see :data:`READ`)."""
-    return bool(info.context and info.context.get(_LENIENT))
 
 
 class Contract(BaseModel):
@@ -39,40 +34,32 @@ class Contract(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    _known_keys: ClassVar[frozenset[str]] = frozenset()
-
-    @classmethod
-    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
-        super().__pydantic_init_subclass__(**kwargs)
-        keys: set[str] = set()
-        for name, field in cls.model_fields.items():
-            keys.add(name)
-            if field.alias:
-                keys.add(field.alias)
-            alias = field.validation_alias
-            if isinstance(alias, str):
-                keys.add(alias)
-            elif isinstance(alias, AliasChoices):
-                keys.update(c for c in alias.choices if isinstance(c, str))
-        cls._known_keys = frozenset(keys)
-
     @classmethod
     def read(cls, data: Any) -> Self:
         """Validate what another process wrote (a dict, or JSON text or bytes), ignoring the
-        fields this version does not know."""
-        if isinstance(data, str | bytes | bytearray):
-            return cls.model_validate_json(data, context=READ)
-        return cls.model_validate(data, context=READ)
+        fields this version does not know, at any depth."""
+        if log.isEnabledFor(logging.DEBUG):
+            for model, unknown in _unknown_fields(cls._validate(data, "allow")):
+                log.debug("%s: ignored unknown fields %s", model, ", ".join(unknown))
+        return cls._validate(data, "ignore")
 
-    @model_validator(mode="before")
     @classmethod
-    def _drop_unknown(cls, data: Any, info: ValidationInfo) -> Any:
-        # Only a lenient read drops anything; a build keeps every key so that ``extra="forbid"``
-        # names the unknown ones in its error.
-        if not isinstance(data, dict) or not is_lenient(info):
-            return data
-        unknown = [key for key in data if key not in cls._known_keys]
-        if not unknown:
-            return data
-        log.debug("%s: ignored unknown fields %s", cls.__name__, ", ".join(map(str, unknown)))
-        return {key: value for key, value in data.items() if key in cls._known_keys}
+    def _validate(cls, data: Any, extra: Literal["ignore", "allow"]) -> Self:
+        if isinstance(data, str | bytes | bytearray):
+            return cls.model_validate_json(data, extra=extra)
+        return cls.model_validate(data, extra=extra)
+
+
+def _unknown_fields(value: Any) -> Iterator[tuple[str, list[str]]]:
+    """(model name, its unknown field names) for every model in ``value``, outermost first."""
+    if isinstance(value, BaseModel):
+        if value.model_extra:
+            yield type(value).__name__, list(value.model_extra)
+        for name in type(value).model_fields:
+            yield from _unknown_fields(getattr(value, name))
+    elif isinstance(value, list | tuple | set | frozenset):
+        for item in value:
+            yield from _unknown_fields(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _unknown_fields(item)
