@@ -58,7 +58,7 @@ def read_beacon(storage_root: str) -> ControlPlane | None:
 
     try:
         text = StorageLayout(Path(storage_root)).beacon.read_text(encoding="utf-8")
-        return ControlPlane.model_validate_json(text)
+        return ControlPlane.read(text)  # lenient: a newer server may add fields
     except (OSError, ValueError):
         return None
 

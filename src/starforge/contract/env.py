@@ -12,17 +12,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from starforge.contract.base import Contract
 from starforge.contract.jobspec import InputKind, InputRef, JobSpec
 from starforge.contract.layout import RunLayout
 from starforge.contract.profiles import Pool
 
 
-class Binding(BaseModel):
-    """Server-resolved facts about one node of one attempt of a run."""
+class Binding(Contract):
+    """Server-resolved facts about one node of one attempt of a run.
 
-    model_config = ConfigDict(extra="forbid")
+    Built strictly by the server; the runner (possibly an older image) reads it with
+    ``Binding.read``, which ignores fields it does not know."""
 
     run_id: str
     attempt: int = Field(ge=1)

@@ -1,8 +1,10 @@
 """JobSpec: what one submission is, and the package manifest that travels with it.
 
-A JobSpec is written by the client and validated again by the server; nothing in it is a path of
-the researcher's machine. Files travel as content-addressed blobs listed in a :class:`Manifest`
-(lab-relative POSIX paths), so resubmitting an unchanged experiment uploads nothing.
+A JobSpec is built by the client and parsed strictly again by the server; the runner reads it from
+``run.json`` leniently (``JobSpec.read``), so an older runner image accepts fields a newer server
+added. Nothing in it is a path of the researcher's machine. Files travel as content-addressed
+blobs listed in a :class:`Manifest` (lab-relative POSIX paths), so resubmitting an unchanged
+experiment uploads nothing.
 """
 
 from __future__ import annotations
@@ -12,15 +14,12 @@ from enum import StrEnum
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from starforge.contract.base import Contract
 from starforge.contract.names import SAFE_SEGMENT, is_sha256
 
 API_VERSION = "starforge/v1"
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 def check_relpath(value: str) -> str:
@@ -31,7 +30,7 @@ def check_relpath(value: str) -> str:
     return value
 
 
-class FileEntry(Strict):
+class FileEntry(Contract):
     path: str
     sha256: str
     size: int = Field(ge=0)
@@ -68,7 +67,7 @@ class FileEntry(Strict):
         return posixpath.normpath(posixpath.join(posixpath.dirname(self.path), self.symlink))
 
 
-class Manifest(Strict):
+class Manifest(Contract):
     files: list[FileEntry] = Field(default_factory=list)
 
     @property
@@ -85,7 +84,7 @@ class InputKind(StrEnum):
     SHARED = "shared"  # an absolute path on the shared storage, used in place
 
 
-class InputRef(Strict):
+class InputRef(Contract):
     kind: InputKind
     value: str
 
@@ -97,14 +96,14 @@ class InputRef(Strict):
         return v
 
 
-class ParamBinding(Strict):
+class ParamBinding(Contract):
     """A parameter an experiment binds: its config path and type when the lock was written."""
 
     path: str
     type: str
 
 
-class MethodRef(Strict):
+class MethodRef(Contract):
     """Which method declaration a run was made with (what the experiment's lock records)."""
 
     id: str
@@ -115,20 +114,20 @@ class MethodRef(Strict):
     bindings: dict[str, ParamBinding] = Field(default_factory=dict)
 
 
-class Provenance(Strict):
+class Provenance(Contract):
     git_commit: str
     git_dirty: bool = False
     untracked: list[str] = Field(default_factory=list)
     client_version: str
 
 
-class Inputs(Strict):
+class Inputs(Contract):
     model: InputRef | None = None
     train_data: InputRef | None = None
     validation_data: InputRef | None = None
 
 
-class JobSpec(Strict):
+class JobSpec(Contract):
     api_version: Literal["starforge/v1"] = API_VERSION
     project: str
     experiment: str

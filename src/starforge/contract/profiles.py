@@ -20,8 +20,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from starforge.contract.base import Contract
 from starforge.contract.errors import ProfileError
 
 _ARG = re.compile(
@@ -31,10 +32,8 @@ _ARG = re.compile(
 FORMAT = "[ROLE[,ROLE]=]NAME[:TOTAL_GPUS], e.g. h200, h200:4, h200:16, train=h200:8"
 
 
-class ProfileDef(BaseModel):
+class ProfileDef(Contract):
     """One entry of the server's profile registry."""
-
-    model_config = ConfigDict(extra="forbid")
 
     name: str
     series: str
@@ -44,10 +43,10 @@ class ProfileDef(BaseModel):
     label: str = ""
 
 
-class ProfileRequest(BaseModel):
+class ProfileRequest(Contract):
     """One parsed ``--profile`` argument."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     raw: str
     roles: tuple[str, ...] = ()
@@ -55,10 +54,8 @@ class ProfileRequest(BaseModel):
     total_gpus: int | None = None
 
 
-class Pool(BaseModel):
+class Pool(Contract):
     """A set of identical nodes a run gets all at once."""
-
-    model_config = ConfigDict(extra="forbid")
 
     name: str
     profile: str

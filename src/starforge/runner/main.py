@@ -72,9 +72,9 @@ class Runner:
     def _load(self) -> tuple[JobSpec, Manifest]:
         data = json.loads(RunLayout(Path(self.binding.run_dir)).run_json.read_text())
         # Admission composed the config once; a run.json without one (an older server) is
-        # composed here from the package.
+        # composed here from the package. Read leniently: run.json may come from a newer server.
         self.config: dict[str, Any] | None = data.get("config")
-        return JobSpec.model_validate(data["spec"]), Manifest.model_validate(data["manifest"])
+        return JobSpec.read(data["spec"]), Manifest.read(data["manifest"])
 
     def _prepare_work_dir(self, manifest: Manifest) -> None:
         work = Path(self.binding.work_dir)
@@ -176,7 +176,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m starforge.runner BINDING_JSON", file=sys.stderr)
         return 2
-    binding = Binding.model_validate_json(Path(argv[0]).read_text())
+    binding = Binding.read(Path(argv[0]).read_bytes())  # lenient: the server may be newer
     write_runner_record(binding)  # first: a server that never recorded this start adopts it
     Path(binding.log_path).parent.mkdir(parents=True, exist_ok=True)
     with open(binding.log_path, "ab", buffering=0) as log:
