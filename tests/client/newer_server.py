@@ -47,7 +47,7 @@ def run_view() -> tuple[RunView, dict[str, Any]]:
     wire = view.model_dump(mode="json")
     wire["cost_usd"] = 12.5
     wire["attempts"][0]["node_states"] = {"0": "running"}
-    wire["pools"][0]["env"] = {"NCCL_DEBUG": "INFO"}
+    wire["pools"][0]["numa_affinity"] = "spread"
     wire["spec"]["method"]["adapter_version"] = "2"
     wire["spec"]["provenance"]["signed_by"] = "ci"
     return view, wire

@@ -24,7 +24,7 @@ from starforge.contract.api import ProfilesResponse, RunView, SubmitRequest
 from starforge.contract.errors import StarForgeError
 from starforge.contract.jobspec import Manifest
 from tests.client.newer_server import profiles, run_view, spec
-from tests.runner.test_runner import make_run, run_dir_of
+from tests.runner.test_runner import layout_of, make_run
 
 
 def test_a_run_view_with_fields_a_newer_server_added_at_every_depth_reads_as_today() -> None:
@@ -46,7 +46,7 @@ def test_the_ignored_fields_are_named_in_the_debug_log(caplog: pytest.LogCapture
     logged = [r.getMessage() for r in caplog.records if r.name == "starforge.contract"]
     assert "RunView: ignored unknown fields cost_usd" in logged
     assert "AttemptView: ignored unknown fields node_states" in logged
-    assert "Pool: ignored unknown fields env" in logged
+    assert "Pool: ignored unknown fields numa_affinity" in logged
     assert "MethodRef: ignored unknown fields adapter_version" in logged
     assert "Provenance: ignored unknown fields signed_by" in logged
 
@@ -96,10 +96,10 @@ def newer_server_files(binding_path: Path) -> None:
     binding["numa_node"] = 1
     binding["pools"] = [
         {"name": "all", "profile": "h200", "series": "h200", "nodes": 1, "gpus_per_node": 1}
-        | {"env": {"NCCL_DEBUG": "INFO"}}
+        | {"numa_affinity": "spread"}
     ]
     binding_path.write_text(json.dumps(binding))
-    for path in run_dir_of(binding_path).rglob("run.json"):
+    for path in layout_of(binding_path).dir.rglob("run.json"):
         run = json.loads(path.read_text())
         run["resolved_config"] = {"lr": 0.1}
         run["spec"]["method"]["adapter_version"] = "2"
@@ -111,7 +111,7 @@ def test_a_binding_and_run_json_from_a_newer_server_run_in_todays_runner(tmp_pat
     bp = make_run(tmp_path, 'echo "hello from $FORGE_EXPERIMENT"\n')
     newer_server_files(bp)
     code = subprocess.run([sys.executable, "-m", "starforge.runner", str(bp)]).returncode
-    log = (run_dir_of(bp) / "logs" / "attempt-1.log").read_text()
+    log = layout_of(bp).log(1).read_text()
     assert code == 0, log
     assert "hello from c1" in log
 
