@@ -112,3 +112,21 @@ def test_a_runners_events_are_node_events() -> None:
 
     literal = LifecycleEvent.model_fields["event"].annotation
     assert set(get_args(literal)) <= {e.value for e in NodeEvent}
+
+
+def test_the_node_diagram_in_docs_draws_exactly_the_moves_of_the_node_table() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "states.md").read_text()
+    diagram = text.split("## Node states", 1)[1].split("```mermaid", 1)[1].split("```", 1)[0]
+    drawn = set()
+    for line in diagram.splitlines():
+        match = re.match(r"\s*(\w+) --> (\w+): (.+)", line)
+        if match:
+            src, dst = NodeState(match.group(1)), NodeState(match.group(2))
+            drawn |= {(src, NodeEvent(e.strip()), dst) for e in match.group(3).split("/")}
+    moves = {
+        (src, event, dst)
+        for src, row in NODE_TRANSITIONS.items()
+        for event, dst in row.items()
+        if dst is not src
+    }
+    assert drawn == moves
