@@ -3,13 +3,11 @@ resume, retry) live in ``services/actions``.
 
 Submit is idempotent per (user, idempotency key): the first request creates the run, any later
 one returns that run with ``created=False``. The unique constraint on the pair makes this hold
-even when two requests race (the loser reads the winner's run). Stop never raises for a run in
-the wrong state; it answers accepted or rejected-with-reason.
+even when two requests race (the loser reads the winner's run).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 from typing import Any
@@ -20,7 +18,6 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
 from starforge.contract.api import (
-    ActionResult,
     AttemptView,
     EventView,
     RunView,
@@ -84,9 +81,9 @@ def _new_run(user: str, req: SubmitRequest, admitted: admission.Admitted) -> Run
         method=spec.method.id,
         status="",
         priority=0,
-        spec_json=spec.model_dump_json(),
-        manifest_json=req.manifest.model_dump_json(),
-        pools_json=json.dumps([p.model_dump() for p in admitted.pools]),
+        spec=spec.model_dump(mode="json"),
+        manifest=req.manifest.model_dump(mode="json"),
+        pools=[p.model_dump(mode="json") for p in admitted.pools],
         gpus=admitted.gpus,
         idempotency_key=req.idempotency_key,
         current_attempt=0,
@@ -266,13 +263,3 @@ def list_runs(
 def count_runs(rt: Runtime, user: str) -> int:
     with rt.transaction() as session:
         return int(session.scalar(select(func.count()).where(Run.user == user)) or 0)
-
-
-# ---- stop (moved to services/actions with pause, resume and retry) ----------------------------
-
-
-def stop(rt: Runtime, user: str, ref: str) -> ActionResult:
-    """Stop a run; see :func:`starforge.server.services.actions.stop`."""
-    from starforge.server.services import actions  # actions imports this module
-
-    return actions.stop(rt, user, ref)
