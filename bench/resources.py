@@ -337,9 +337,9 @@ def db_pass(root: Path, n: int) -> dict[str, Any]:
             status=status,
             reason="",
             priority=priority,
-            spec_json="{}",
-            manifest_json="{}",
-            pools_json=json.dumps([p.model_dump() for p in pools]),
+            spec={},
+            manifest={},
+            pools=[p.model_dump(mode="json") for p in pools],
             gpus=sum(p.total_gpus for p in pools),
             idempotency_key=run_id,
             current_attempt=1 if status == "running" else 0,
@@ -358,7 +358,7 @@ def db_pass(root: Path, n: int) -> dict[str, Any]:
                     number=1,
                     started_at=now,
                     log_path="",
-                    allocation_json=json.dumps([slot]),
+                    allocation=[slot],
                 )
             )
         session.bulk_save_objects(

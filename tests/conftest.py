@@ -10,12 +10,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from starforge.cli.main import main
 from starforge.project import experiments, lab
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+# Property tests run on loaded CI machines and laptops: time is not what they test, so no
+# deadline and no "too slow" health check (a busy machine failed them). HYPOTHESIS_PROFILE=dev
+# brings Hypothesis's defaults back when timing a strategy on purpose.
+settings.register_profile(
+    "ci",
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    print_blob=True,
+)
+settings.register_profile("dev", settings.get_profile("default"))
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @dataclass

@@ -111,3 +111,50 @@ def test_debug_shows_the_traceback(
 
     with pytest.raises(NotInLab):
         sf("--debug", "submit", "x", "--profile", "h200:1", cwd=tmp_path)
+
+
+def test_init_names_the_project_after_a_folder_with_a_space(
+    sf: Callable[..., Result],
+    tmp_path: Path,
+    sf_home: Path,
+) -> None:
+    got = sf("init", str(tmp_path / "my lab"), "--yes")
+    assert got.code == 0, got.err
+    assert "created lab my-lab" in got.out
+    assert "named 'my-lab' after the folder 'my lab'" in got.out
+    assert "--name picks another" in got.out
+    assert "name: my-lab\n" in (tmp_path / "my lab" / "starforge.yaml").read_text()
+
+
+def test_init_keeps_a_folder_name_that_is_already_valid_and_says_nothing_more(
+    sf: Callable[..., Result],
+    tmp_path: Path,
+    sf_home: Path,
+) -> None:
+    got = sf("init", str(tmp_path / "rl_lab.v2"), "--yes")
+    assert got.code == 0
+    assert "created lab rl_lab.v2" in got.out
+    assert "after the folder" not in got.out
+
+
+def test_an_invalid_project_name_points_at_the_name_option(
+    sf: Callable[..., Result],
+    tmp_path: Path,
+    sf_home: Path,
+) -> None:
+    got = sf("init", str(tmp_path / "lab"), "--name", "my lab", "--yes")
+    assert got.code == 2
+    assert "invalid project name 'my lab'" in got.err
+    assert "--name" in got.err.split("hint:", 1)[1]
+    assert not (tmp_path / "lab").exists()
+
+
+def test_a_folder_name_with_nothing_usable_asks_for_a_name(
+    sf: Callable[..., Result],
+    tmp_path: Path,
+    sf_home: Path,
+) -> None:
+    got = sf("init", str(tmp_path / "ラボ"), "--yes")
+    assert got.code == 2
+    assert "cannot name the project after the folder 'ラボ'" in got.err
+    assert "--name" in got.err

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 
+import pytest
+
+from starforge.catalog.loader import get_method
 from starforge.project.lab import Lab
 from tests.conftest import Result
 
@@ -77,3 +83,34 @@ def test_custom_needs_an_image_and_a_malformed_digest_is_refused(
     assert missing.code == 2 and "needs --image" in missing.err
     bad = sf("submit", "c1", "--profile", "h200:1", "--image", "reg.io/t@sha256:abc", cwd=lab.root)
     assert bad.code == 2 and "full sha256" in bad.err
+
+
+def _methods_output(method_id: str, columns: str | None) -> str:
+    """``sf methods METHOD_ID`` run as a user would, its output piped (not a terminal)."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    if columns is not None:
+        env["COLUMNS"] = columns
+    done = subprocess.run(
+        [sys.executable, "-m", "starforge.cli.main", "methods", method_id],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    return done.stdout
+
+
+@pytest.mark.parametrize("columns", [None, "40"], ids=["piped", "narrow-terminal"])
+def test_methods_never_cuts_a_parameter_name_and_wraps_the_doc(columns: str | None) -> None:
+    method = get_method("nemo-rl/grpo")
+    text = _methods_output(method.id, columns)
+    assert "…" not in text
+    first_cells = {line.split()[1] for line in text.splitlines() if len(line.split()) > 1}
+    for name, param in method.params.items():
+        assert name in first_cells, f"{name} is cut or missing"
+        # every word of the doc is there, whole, however the column wrapped it
+        for word in param.doc.split():
+            assert word in text, f"{name}: {word!r} of its doc is missing"
+    table = text.split("GROUP", 1)[1].splitlines()[1:]
+    wrapped = [line for line in table if line.strip() and line.startswith(" ")]
+    assert wrapped, "a long doc should continue on the next line, under its column"

@@ -41,7 +41,7 @@ pytestmark = [
     pytest.mark.skipif(
         shutil.which(CHROMIUM) is None,
         reason=f"Debian's chromium is not installed ({CHROMIUM}): `apt-get install chromium` "
-        "(.ci/run installs it)",
+        "(scripts/test.sh installs it)",
     ),
     pytest.mark.skipif(
         importlib.util.find_spec("playwright") is None,

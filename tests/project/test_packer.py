@@ -7,49 +7,7 @@ import pytest
 
 from starforge.contract.errors import InputNotFound, SensitiveFiles, UsageError
 from starforge.contract.jobspec import InputKind
-from starforge.contract.packaging import is_sensitive
 from starforge.project.packer import build_manifest, resolve_input
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        ".env",
-        ".env.local",
-        "key.pem",
-        "server.key",
-        "id_rsa",
-        "id_rsa.pub",
-        "id_ed25519",
-        ".netrc",
-        "credentials.json",
-        "hf_token.txt",
-        "my_token_v2.txt",
-        "gcp_credentials.json",
-        "secrets.yaml",
-        "deploy.secret",
-        "CERT.PEM",
-        "sub/dir/.env",
-    ],
-)
-def test_secret_looking_names_are_sensitive(name: str) -> None:
-    assert is_sensitive(name)
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "special_tokens_map.json",
-        "train.py",
-        "environment.yaml",
-        "keys.py",
-        "tokens.jsonl",
-    ],
-)
-def test_ordinary_files_are_not_sensitive(name: str) -> None:
-    assert not is_sensitive(name)
 
 
 def test_a_manifest_names_every_file_by_its_sha256(tmp_path: Path) -> None:
@@ -69,6 +27,75 @@ def test_a_secret_refuses_the_whole_package_and_names_every_offender(tmp_path: P
         build_manifest(tmp_path, ["ok.py", ".env", "id_rsa"])
     assert err.value.details["files"] == [".env", "id_rsa"]
     assert "--allow-dirty does not lift" in (err.value.hint or "")
+
+
+PEM = b"-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA\n-----END RSA PRIVATE KEY-----\n"
+
+
+def test_a_key_under_a_harmless_name_is_refused_by_its_content(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_bytes(PEM)
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    with pytest.raises(SensitiveFiles) as err:
+        build_manifest(tmp_path, ["notes.txt", "train.py"])
+    assert err.value.details["files"] == ["notes.txt"]
+    assert "private key" in err.value.message
+    assert "do not rename" in (err.value.hint or "")
+
+
+def test_every_offender_is_named_with_its_reason_in_one_refusal(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    lab = tmp_path / "lab"
+    (lab / "common").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "id").write_bytes(PEM)
+    (lab / "common" / ".env").write_text("A=1\n")
+    (lab / "common" / "key.txt").write_text("HF=hf_" + "abcdefghij" * 4 + "\n")
+    (lab / "common" / "notes.txt").symlink_to(outside / "id")
+    with pytest.raises(SensitiveFiles) as err:
+        build_manifest(lab, ["common/.env", "common/key.txt", "common/notes.txt"])
+    reasons = err.value.details["reasons"]
+    assert sorted(reasons) == ["common/.env", "common/key.txt", "common/notes.txt"]
+    assert "Hugging Face token" in reasons["common/key.txt"]
+    assert "out of the lab" in reasons["common/notes.txt"]
+    assert "replace a link" in (err.value.hint or "")
+
+
+def test_a_link_to_a_packed_file_travels_as_a_relative_link(tmp_path: Path) -> None:
+    (tmp_path / "common").mkdir()
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "common" / "util.py").write_text("X = 1\n")
+    (tmp_path / "exp" / "util.py").symlink_to(tmp_path / "common" / "util.py")  # absolute link
+    manifest = build_manifest(tmp_path, ["common/util.py", "exp/util.py"])
+    link = manifest.files[1]
+    assert (link.path, link.symlink, link.link_target) == (
+        "exp/util.py",
+        "../common/util.py",
+        "common/util.py",
+    )
+    assert link.sha256 == manifest.files[0].sha256 == hashlib.sha256(b"X = 1\n").hexdigest()
+
+
+def test_a_link_to_a_lab_file_that_does_not_travel_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "other.py").write_text("X = 1\n")
+    (tmp_path / "a.py").symlink_to("other.py")
+    with pytest.raises(SensitiveFiles, match="not in the package"):
+        build_manifest(tmp_path, ["a.py"])
+
+
+def test_a_link_to_a_folder_is_refused_with_a_clear_reason(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "x.jsonl").write_text("{}\n")
+    (tmp_path / "common").mkdir()
+    (tmp_path / "common" / "data").symlink_to(tmp_path / "data")
+    with pytest.raises(SensitiveFiles) as err:
+        build_manifest(tmp_path, ["common/data", "data/x.jsonl"])
+    assert "symlink to the folder data/" in err.value.details["reasons"]["common/data"]
+
+
+def test_a_dangling_link_is_refused_not_a_crash(tmp_path: Path) -> None:
+    (tmp_path / "gone.py").symlink_to(tmp_path / "missing.py")
+    with pytest.raises(SensitiveFiles, match=r"gone\.py"):
+        build_manifest(tmp_path, ["gone.py"])
 
 
 def test_a_relative_model_folder_travels_as_package_files(tmp_path: Path) -> None:

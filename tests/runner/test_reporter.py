@@ -2,7 +2,8 @@
 beacon leads to the server), heartbeats land, and a server that ended the attempt fences it.
 
 The server runs ``tests/server/fake_runner.py`` as its runner, so the run's attempt exists with
-its binding; the Reporter under test then speaks for that attempt's node.
+its binding; the Reporter under test then speaks for that attempt's node. The fixture stops every
+run before it stops the server, so no fake runner outlives its test.
 """
 
 from __future__ import annotations
@@ -21,8 +22,11 @@ import pytest
 import yaml
 
 from starforge.catalog.loader import get_method
+from starforge.client.sender import read_beacon
 from starforge.contract.env import Binding
-from starforge.runner.report import Reporter, read_beacon, spool_path
+from starforge.contract.layout import RunLayout
+from starforge.contract.states import JobStatus
+from starforge.runner.report import Reporter, runner_record_path, spool_dir
 from tests.server.factories import eventually
 from tests.server.test_integration import FAKE_RUNNER, Server, start_server, status_of
 
@@ -42,7 +46,23 @@ def server(tmp_path: Path) -> Iterator[Server]:
     srv = start_server(home)
     yield srv
     if srv.proc.poll() is None:
+        end_every_run(srv)
         srv.terminate()
+
+
+def end_every_run(srv: Server) -> None:
+    """Stop what the test left running: the runners are the server's children's process groups,
+    which outlive the server, so they are ended through the platform before it goes."""
+    done = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED, JobStatus.PAUSED}
+
+    def left(c: httpx.Client) -> list[str]:
+        runs = c.get("/runs", params={"limit": 1000}).json()["runs"]
+        return [r["run_id"] for r in runs if JobStatus(r["status"]) not in done]
+
+    with srv.client() as c:
+        for run_id in left(c):
+            c.post(f"/runs/{run_id}/stop")
+        eventually(lambda: not left(c), what="every run of the test to end")
 
 
 def submit(c: httpx.Client, key: str) -> str:
@@ -70,7 +90,7 @@ def running_binding(server: Server, key: str) -> Binding:
         run_id = submit(c, key)
         eventually(lambda: status_of(c, run_id) == "running", what="the fake runner")
         run_dir = Path(c.get(f"/runs/{run_id}").json()["run_dir"])
-    data = json.loads((run_dir / "state" / "attempt-1.node-0.binding.json").read_text())
+    data = json.loads(RunLayout(run_dir).binding(1, 0).read_text())
     return Binding.model_validate(data)
 
 
@@ -87,8 +107,8 @@ def test_reports_to_a_dead_endpoint_follow_the_beacon_and_arrive_in_order(server
     assert reporter.close(patience_s=60)
     assert reporter.url == server.url and not reporter.fenced
     assert any("the server moved to" in s for s in said)
-    events = [json.loads(line)["event"] for line in spool_path(b).read_text().splitlines()]
-    assert events == ["starting", "running"]
+    assert reporter.sender.stats.points_sent == 2 and reporter.sender.stats.points_rejected == 0
+    assert not spool_dir(b).exists()  # nothing was left undelivered
     with server.client() as c:
         view = c.get(f"/runs/{b.run_id}").json()
     assert view["status"] == "running" and view["attempts"][0]["heartbeat_at"] is not None
@@ -121,18 +141,19 @@ def test_without_an_endpoint_a_runner_reports_nothing_and_writes_no_spool(tmp_pa
     reporter = Reporter(b, lambda _: None)
     reporter.start()
     reporter.send("starting")
-    assert reporter.close() and not spool_path(b).exists()
+    assert reporter.close() and not spool_dir(b).exists()
 
 
 def test_the_runner_records_who_runs_the_node_before_anything_else(tmp_path: Path) -> None:
-    from tests.runner.test_runner import make_run, run_dir_of
+    from tests.runner.test_runner import make_run
 
     bp = make_run(tmp_path, "echo hi\n")
     proc = subprocess.run(
         [sys.executable, "-m", "starforge.runner", str(bp)], start_new_session=True, check=False
     )
     assert proc.returncode == 0
-    record = json.loads((run_dir_of(bp) / "state" / "attempt-1.node-0.runner.json").read_text())
+    binding = Binding.model_validate_json(bp.read_text())
+    record = json.loads(runner_record_path(binding).read_text())
     assert record["pid"] == record["pgid"] != os.getpid()
 
 

@@ -21,12 +21,13 @@ from starforge.catalog.loader import get_method
 from starforge.contract.env import Binding
 from starforge.contract.errors import RunnerError
 from starforge.contract.jobspec import FileEntry, JobSpec, Manifest, Provenance
-from starforge.runner.unpack import blob_path, unpack
+from starforge.contract.layout import RunLayout, StorageLayout
+from starforge.runner.unpack import unpack
 
 
 def put_blob(root: Path, data: bytes) -> str:
     digest = hashlib.sha256(data).hexdigest()
-    path = blob_path(root, digest)
+    path = StorageLayout(root).blob(digest)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
     return digest
@@ -51,9 +52,10 @@ def make_run(tmp_path: Path, script: str) -> Path:
         profiles=["h200:1"],
         provenance=Provenance(git_commit="a" * 40, client_version="0.1.0"),
     )
-    run_dir = storage / "runs" / "u" / "lab" / "c1" / "r-0000000001"
-    (run_dir / "state").mkdir(parents=True)
-    (run_dir / "state" / "run.json").write_text(
+    layout = StorageLayout(storage).run("u", "lab", "c1", "r-0000000001")
+    run_dir = layout.dir
+    layout.state.mkdir(parents=True)
+    layout.run_json.write_text(
         json.dumps(
             {"spec": spec.model_dump(mode="json"), "manifest": manifest.model_dump(mode="json")}
         )
@@ -64,18 +66,18 @@ def make_run(tmp_path: Path, script: str) -> Path:
         user="u",
         storage_root=str(storage),
         run_dir=str(run_dir),
-        work_dir=str(run_dir / "work"),
-        out_dir=str(run_dir / "out"),
-        log_path=str(run_dir / "logs/attempt-1.log"),
+        work_dir=str(layout.work),
+        out_dir=str(layout.out),
+        log_path=str(layout.log(1)),
         visible_devices=[0],
     )
-    path = run_dir / "state" / "attempt-1.node-0.binding.json"
+    path = layout.binding(1, 0)
     path.write_text(binding.model_dump_json())
     return path
 
 
-def run_dir_of(binding_path: Path) -> Path:
-    return binding_path.parent.parent
+def layout_of(binding_path: Path) -> RunLayout:
+    return RunLayout(binding_path.parent.parent)
 
 
 def test_runner_unpacks_runs_the_entrypoint_and_logs_its_output(tmp_path: Path) -> None:
@@ -86,22 +88,22 @@ def test_runner_unpacks_runs_the_entrypoint_and_logs_its_output(tmp_path: Path) 
         'echo "out=$FORGE_OUT_DIR gpus=$CUDA_VISIBLE_DEVICES"\n',
     )
     code = subprocess.run([sys.executable, "-m", "starforge.runner", str(bp)]).returncode
-    run = run_dir_of(bp)
-    log = (run / "logs" / "attempt-1.log").read_text()
+    run = layout_of(bp)
+    log = run.log(1).read_text()
     assert code == 0
     assert "hello from c1 on r-0000000001" in log
     assert "shared" in log
-    assert f"out={run / 'out'} gpus=0" in log
-    assert json.loads((run / "state" / "attempt-1.node-0.exit.json").read_text())["exit_code"] == 0
+    assert f"out={run.out} gpus=0" in log
+    assert json.loads(run.exit_record(1, 0).read_text())["exit_code"] == 0
 
 
 def test_a_failing_entrypoint_exit_code_is_kept(tmp_path: Path) -> None:
     bp = make_run(tmp_path, "echo boom >&2\nexit 7\n")
     code = subprocess.run([sys.executable, "-m", "starforge.runner", str(bp)]).returncode
-    run = run_dir_of(bp)
+    run = layout_of(bp)
     assert code == 7
-    assert "boom" in (run / "logs" / "attempt-1.log").read_text()
-    record = json.loads((run / "state" / "attempt-1.node-0.exit.json").read_text())
+    assert "boom" in run.log(1).read_text()
+    record = json.loads(run.exit_record(1, 0).read_text())
     assert record == {**record, "exit_code": 7, "end_reason": "exit_nonzero"}
 
 
@@ -114,7 +116,7 @@ def test_sigterm_to_the_process_group_reaches_the_training_and_is_reported(
     proc = subprocess.Popen(
         [sys.executable, "-m", "starforge.runner", str(bp)], start_new_session=True
     )
-    log = run_dir_of(bp) / "logs" / "attempt-1.log"
+    log = layout_of(bp).log(1)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not (log.exists() and "ready" in log.read_text()):
         time.sleep(0.05)
@@ -125,11 +127,11 @@ def test_sigterm_to_the_process_group_reaches_the_training_and_is_reported(
 
 def test_a_corrupt_blob_fails_the_attempt_instead_of_running_it(tmp_path: Path) -> None:
     bp = make_run(tmp_path, "echo should-not-run\n")
-    data = json.loads((run_dir_of(bp) / "state" / "run.json").read_text())
+    data = json.loads(layout_of(bp).run_json.read_text())
     digest = data["manifest"]["files"][1]["sha256"]
-    blob_path(tmp_path / "storage", digest).write_bytes(b"tampered")
+    StorageLayout(tmp_path / "storage").blob(digest).write_bytes(b"tampered")
     code = subprocess.run([sys.executable, "-m", "starforge.runner", str(bp)]).returncode
-    log = (run_dir_of(bp) / "logs" / "attempt-1.log").read_text()
+    log = layout_of(bp).log(1).read_text()
     assert code == 2
     assert "is corrupt" in log
     assert "should-not-run" not in log

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from sqlalchemy import select
 
-from starforge.contract.states import EndReason, JobStatus
+from starforge.contract.states import (
+    PAUSABLE,
+    RESUMABLE,
+    RETRYABLE,
+    STOPPABLE,
+    EndReason,
+    JobStatus,
+)
 from starforge.server.db.models import Event
 from starforge.server.runtime import Runtime
 from starforge.server.services import actions
@@ -91,48 +100,107 @@ def test_retry_requeues_a_stopped_or_failed_run_and_resets_its_auto_retries(
     assert (run.events[-1].dst, run.events[-1].actor) == ("queued", "alice")
 
 
-@pytest.mark.parametrize(
-    ("action", "status", "message"),
-    [
-        ("stop", S.SUCCEEDED, "already succeeded"),
-        ("pause", S.SUCCEEDED, "already succeeded"),
-        ("resume", S.SUCCEEDED, "already succeeded; submit again to train anew"),
-        ("retry", S.SUCCEEDED, "already succeeded; submit again to train anew"),
-        ("pause", S.FAILED, "already failed"),
-        ("resume", S.FAILED, "already failed; `sf job retry` requeues it"),
-        ("resume", S.STOPPED, "already stopped; `sf job retry` requeues it"),
-        ("retry", S.PAUSED, "is already paused; `sf job resume` continues it"),
-        ("pause", S.PAUSED, "is already paused"),
-        ("pause", S.PAUSING, "is already pausing"),
-        ("pause", S.STOPPING, "is already stopping"),
-        ("resume", S.RUNNING, "is running; nothing to resume"),
-        ("retry", S.RUNNING, "is running; nothing to retry"),
-        ("resume", S.QUEUED, "is queued; nothing to resume"),
-    ],
-)
-def test_an_action_that_does_not_apply_is_rejected_with_the_reason(
-    rt: Runtime, action: str, status: S, message: str
-) -> None:
+# What each accepted action makes of each status it applies to ...
+ACCEPTED: dict[tuple[str, S], S] = {
+    ("stop", S.QUEUED): S.STOPPED,
+    ("stop", S.STARTING): S.STOPPING,
+    ("stop", S.RUNNING): S.STOPPING,
+    ("stop", S.PAUSING): S.STOPPING,
+    ("stop", S.PAUSED): S.STOPPED,
+    ("pause", S.QUEUED): S.PAUSED,
+    ("pause", S.STARTING): S.PAUSING,
+    ("pause", S.RUNNING): S.PAUSING,
+    ("resume", S.PAUSED): S.QUEUED,
+    ("retry", S.FAILED): S.QUEUED,
+    ("retry", S.STOPPED): S.QUEUED,
+}
+# ... and what the user reads for every other pair ("run <id> " comes first).
+REJECTED: dict[tuple[str, S], str] = {
+    ("stop", S.STOPPING): "is already stopping",
+    ("stop", S.SUCCEEDED): "already succeeded",
+    ("stop", S.FAILED): "already failed",
+    ("stop", S.STOPPED): "already stopped",
+    ("pause", S.STOPPING): "is already stopping",
+    ("pause", S.PAUSING): "is already pausing",
+    ("pause", S.PAUSED): "is already paused",
+    ("pause", S.SUCCEEDED): "already succeeded",
+    ("pause", S.FAILED): "already failed",
+    ("pause", S.STOPPED): "already stopped",
+    ("resume", S.QUEUED): "is queued; nothing to resume",
+    ("resume", S.STARTING): "is starting; nothing to resume",
+    ("resume", S.RUNNING): "is running; nothing to resume",
+    ("resume", S.STOPPING): "is already stopping",
+    ("resume", S.PAUSING): "is already pausing",
+    ("resume", S.SUCCEEDED): "already succeeded; submit again to train anew",
+    ("resume", S.FAILED): "already failed; `sf job retry` requeues it",
+    ("resume", S.STOPPED): "already stopped; `sf job retry` requeues it",
+    ("retry", S.QUEUED): "is queued; nothing to retry",
+    ("retry", S.STARTING): "is starting; nothing to retry",
+    ("retry", S.RUNNING): "is running; nothing to retry",
+    ("retry", S.STOPPING): "is already stopping",
+    ("retry", S.PAUSING): "is already pausing",
+    ("retry", S.PAUSED): "is already paused; `sf job resume` continues it",
+    ("retry", S.SUCCEEDED): "already succeeded; submit again to train anew",
+}
+ACTIONS = ["stop", "pause", "resume", "retry"]
+MATRIX = list(itertools.product(ACTIONS, S))
+
+
+def run_in(rt: Runtime, status: S) -> str:
+    """A run in ``status``, reached as a user's run would (forced only past ``running``)."""
+    if status is S.QUEUED:
+        return submit(rt).run_id
+    if status is S.STARTING:
+        run_id = submit(rt).run_id
+        assert schedule(rt) == [run_id]  # placed and started; its runner has not reported yet
+        return run_id
     run_id = running_run(rt)
     path = {
+        S.RUNNING: [],
+        S.STOPPING: [S.STOPPING],
+        S.PAUSING: [S.PAUSING],
+        S.PAUSED: [S.PAUSING, S.PAUSED],
         S.SUCCEEDED: [S.SUCCEEDED],
         S.FAILED: [S.FAILED],
         S.STOPPED: [S.STOPPING, S.STOPPED],
-        S.PAUSED: [S.PAUSING, S.PAUSED],
-        S.PAUSING: [S.PAUSING],
-        S.STOPPING: [S.STOPPING],
-        S.RUNNING: [],
-        S.QUEUED: [S.FAILED, S.QUEUED],
     }[status]
     force(rt, run_id, *path)
-    events = len(run_row(rt, run_id).events)
+    return run_id
+
+
+def test_the_matrix_covers_every_action_and_status_once_and_agrees_with_the_action_sets() -> None:
+    assert set(ACCEPTED) | set(REJECTED) == set(MATRIX)
+    assert not set(ACCEPTED) & set(REJECTED)
+    allowed = {"stop": STOPPABLE, "pause": PAUSABLE, "resume": RESUMABLE, "retry": RETRYABLE}
+    for action, statuses in allowed.items():
+        assert {s for a, s in ACCEPTED if a == action} == statuses
+
+
+@pytest.mark.parametrize(("action", "status"), MATRIX, ids=[f"{a}-{s}" for a, s in MATRIX])
+def test_every_action_on_every_status_is_accepted_or_rejected_with_the_reason(
+    rt: Runtime, executor: FakeExecutor, action: str, status: S
+) -> None:
+    run_id = run_in(rt, status)
+    before = run_row(rt, run_id)
+    live = [ref for ref, _, _ in executor.started] if status.is_active else []
     result = getattr(actions, action)(rt, "alice", run_id)
-    assert (result.accepted, result.status, result.message) == (
-        False,
-        status,
-        f"run {run_id} {message}",
-    )
-    assert len(run_row(rt, run_id).events) == events
+    after = run_row(rt, run_id)
+    if (action, status) in REJECTED:
+        assert (result.accepted, result.status, result.message) == (
+            False,
+            status,
+            f"run {run_id} {REJECTED[action, status]}",
+        )
+        assert (after.status, len(after.events)) == (status.value, len(before.events))
+        assert executor.stopped == []
+        return
+    dst = ACCEPTED[action, status]
+    assert (result.accepted, result.status, after.status) == (True, dst, dst.value)
+    assert [(e.src, e.dst, e.actor) for e in after.events[len(before.events) :]] == [
+        (status.value, dst.value, "alice")
+    ]
+    # Only a run that holds resources has runners to signal; they are signalled after the commit.
+    assert executor.stopped == (live if dst in (S.STOPPING, S.PAUSING) else [])
 
 
 def test_each_action_is_an_event_by_its_user(rt: Runtime) -> None:

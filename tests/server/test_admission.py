@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select
 
+from starforge.cli.submit_flow import SubmitOptions, prepare
 from starforge.contract.api import SubmitRequest
+from starforge.contract.env import Binding, job_env
 from starforge.contract.errors import (
     CatalogMismatch,
     MethodNotFound,
     MissingBlobs,
+    MissingEntrypoint,
     MissingInput,
     ProfileError,
     Rejected,
@@ -26,11 +32,15 @@ from starforge.contract.jobspec import (
     ParamBinding,
 )
 from starforge.contract.states import JobStatus
+from starforge.project.lab import Lab
 from starforge.server.db.models import Run
 from starforge.server.runtime import Runtime
 from starforge.server.services import jobs
+from tests.conftest import commit_all
 
-from .factories import package, request, spec
+from .factories import binding, package, request, schedule, spec
+
+HUB_MODEL = InputRef(kind=InputKind.HUB, value="org/model")
 
 
 def rejected(rt: Runtime, req: SubmitRequest, kind: type[StarForgeError]) -> StarForgeError:
@@ -123,7 +133,8 @@ def test_missing_required_inputs_are_named_by_their_flags(rt: Runtime) -> None:
     err = rejected(rt, request(rt, method_id="trl/grpo", inputs=inputs), MissingInput)
     assert "--train-data" in err.message and "--validation-data" in err.message
     assert "--model" not in err.message
-    assert err.details["missing"] == ["train_data", "validation_data"]
+    assert err.details["inputs"] == ["train_data", "validation_data"]
+    assert err.details["missing"] == ["--train-data", "--validation-data"]
 
 
 def test_a_shared_input_must_exist_on_the_server(rt: Runtime, tmp_path: Path) -> None:
@@ -165,5 +176,85 @@ def test_the_entrypoint_must_be_in_the_package(rt: Runtime) -> None:
     digest = rt.storage.put_bytes(b"print(1)\n")
     manifest = Manifest(files=[FileEntry(path="experiments/exp/other.py", sha256=digest, size=9)])
     req = SubmitRequest(spec=spec(), manifest=manifest, idempotency_key="k" * 16)
-    err = rejected(rt, req, Rejected)
-    assert "experiments/exp/train.sh" in err.message
+    err = rejected(rt, req, MissingEntrypoint)
+    assert "experiments/exp/train.sh" in err.message and err.exit_code == 2
+
+
+# ---- the CLI and admission refuse alike --------------------------------------------------------
+
+
+def _cli_refusal(new_lab: Callable[..., Lab], case: str) -> StarForgeError:
+    made = new_lab(experiments_={"exp": "custom/custom", "g1": "trl/grpo"})
+    options: dict[str, Any] = {
+        "experiment": "exp",
+        "profiles": ["h200:8"],
+        "image": "registry.example/train:v1",
+        "observability_url": "https://wandb.example/proj",
+        "cwd": made.root,
+    }
+    if case == "inputs":
+        options |= {"experiment": "g1", "model": "org/model", "observability_url": None}
+    elif case == "image":
+        options["image"] = None
+    elif case == "entrypoint":
+        (made.root / "experiments" / "exp" / "train.sh").unlink()
+        commit_all(made.root, "lose the entrypoint")
+    elif case == "roles":
+        options["profiles"] = ["rollout=h200:8"]
+    with pytest.raises(StarForgeError) as err:
+        prepare(SubmitOptions(**options))
+    return err.value
+
+
+def _admission_request(rt: Runtime, case: str) -> SubmitRequest:
+    if case == "inputs":
+        return request(rt, method_id="trl/grpo", inputs=Inputs(model=HUB_MODEL))
+    if case == "roles":
+        return request(rt, profiles=["rollout=h200:8"])
+    req = request(rt)
+    if case == "image":
+        return req.model_copy(update={"spec": req.spec.model_copy(update={"image": ""})})
+    other = rt.storage.put_bytes(b"x = 1\n")
+    manifest = Manifest(files=[FileEntry(path="experiments/exp/other.py", sha256=other, size=6)])
+    return req.model_copy(update={"manifest": manifest})
+
+
+@pytest.mark.parametrize("case", ["inputs", "image", "entrypoint", "roles"])
+def test_the_cli_and_admission_refuse_a_broken_rule_with_the_same_error(
+    rt: Runtime, new_lab: Callable[..., Lab], case: str
+) -> None:
+    on_client = _cli_refusal(new_lab, case)
+    on_server = rejected(rt, _admission_request(rt, case), StarForgeError)
+    assert type(on_client) is type(on_server)
+    assert (on_client.code, on_client.exit_code) == (on_server.code, on_server.exit_code)
+    assert on_server.exit_code == 2
+    assert on_client.message == on_server.message
+
+
+# ---- the profile's env is the run's, from admission on ----------------------------------------
+
+
+def test_editing_a_profiles_env_after_admission_leaves_the_queued_run_as_it_was(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queued = jobs.submit(rt, "alice", request(rt)).run_id
+    h200 = next(p for p in rt.settings.profiles if p.name == "h200")
+    monkeypatch.setitem(h200.env, "NCCL_X", "edited")  # the admin edits the server's settings
+    later = jobs.submit(rt, "alice", request(rt)).run_id
+    assert schedule(rt) == [queued, later]
+    queued_env = job_env(spec(), Binding.model_validate(binding(rt, queued)))
+    later_env = job_env(spec(), Binding.model_validate(binding(rt, later)))
+    assert queued_env["NCCL_X"] == "1"
+    assert later_env["NCCL_X"] == "edited"  # a run admitted after the edit gets the new env
+
+
+def test_admission_stores_the_composed_config_for_the_runner(rt: Runtime) -> None:
+    config = b"starforge:\n  observability: platform\nsteps: 3\n"
+    manifest = package(rt, extra={"experiments/exp/config.yaml": config})
+    job = spec().model_copy(update={"observability_url": ""})
+    resp = jobs.submit(
+        rt, "alice", SubmitRequest(spec=job, manifest=manifest, idempotency_key="k" * 16)
+    )
+    run_json = rt.storage.root / "runs/alice/proj/exp" / resp.run_id / "state/run.json"
+    stored = json.loads(run_json.read_text())
+    assert stored["config"]["steps"] == 3

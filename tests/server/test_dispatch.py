@@ -9,7 +9,7 @@ from pathlib import Path
 from starforge.contract.env import Binding
 from starforge.server.db.models import Run
 from starforge.server.runtime import Runtime
-from starforge.server.services import dispatch, jobs
+from starforge.server.services import actions, dispatch, jobs, reconcile
 from starforge.server.services.users import token_digest
 
 from .factories import FakeExecutor, binding, report, run_row, running_run, schedule, submit
@@ -39,7 +39,7 @@ def test_an_idle_cluster_starts_a_submitted_run_in_one_pass(
         }
     ]
     ref, binding_path, log_path = executor.started[0]
-    assert attempt.executor_ref == ref and attempt.nodes["0"]["ref"] == ref
+    assert attempt.executor_ref == ref and attempt.node_records()[0].ref == ref
     assert binding_path.name == "attempt-1.node-0.binding.json"
     assert log_path == Path(attempt.log_path)
 
@@ -140,7 +140,7 @@ def test_a_stop_that_lands_while_starting_stops_the_started_nodes(
 ) -> None:
     run_id = submit(rt).run_id
     orders = dispatch.schedule_pass(rt)
-    jobs.stop(rt, "alice", run_id)  # before the executor started anything
+    actions.stop(rt, "alice", run_id)  # before the executor started anything
     assert executor.stopped == []
     dispatch.start_attempt(rt, orders[0])
     assert executor.stopped == [executor.started[0][0]]
@@ -155,7 +155,7 @@ def test_a_vanished_runner_with_an_exit_record_is_finalised_from_it(
     run_id = running_run(rt)
     write_exit_record(rt, run_id, 0)
     executor.die(executor.started[0][0])
-    dispatch.reconcile(rt)
+    reconcile.reconcile(rt)
     run = run_row(rt, run_id)
     assert (run.status, run.end_reason, run.exit_code) == ("succeeded", "completed", 0)
     assert run.events[-1].actor == "reconciler"
@@ -166,7 +166,7 @@ def test_a_vanished_runner_without_a_record_is_a_lost_node(
 ) -> None:
     run_id = running_run(rt)
     executor.die(executor.started[0][0])
-    dispatch.reconcile(rt)
+    reconcile.reconcile(rt)
     run = run_row(rt, run_id)
     assert (run.status, run.end_reason) == ("failed", "node_lost")
     assert "node 0 (h200-1) was lost" in run.reason
@@ -176,23 +176,23 @@ def test_a_vanished_runner_of_a_stopping_run_means_it_stopped(
     rt: Runtime, executor: FakeExecutor
 ) -> None:
     run_id = running_run(rt)
-    jobs.stop(rt, "alice", run_id)
+    actions.stop(rt, "alice", run_id)
     executor.die(executor.started[0][0])
-    dispatch.reconcile(rt)
+    reconcile.reconcile(rt)
     run = run_row(rt, run_id)
     assert (run.status, run.end_reason) == ("stopped", "stopped_by_user")
 
 
 def test_a_live_runner_is_left_alone(rt: Runtime) -> None:
     run_id = running_run(rt)
-    dispatch.reconcile(rt)
+    reconcile.reconcile(rt)
     assert run_row(rt, run_id).status == "running"
 
 
 def test_a_node_lost_in_a_two_node_run_stops_the_other(rt: Runtime, executor: FakeExecutor) -> None:
     run_id = running_run(rt, profiles=["h200:16"])
     executor.die(executor.started[1][0])
-    dispatch.reconcile(rt)
+    reconcile.reconcile(rt)
     assert run_row(rt, run_id).end_reason == "node_lost"
     assert executor.stopped == [executor.started[0][0]]
 
@@ -200,6 +200,6 @@ def test_a_node_lost_in_a_two_node_run_stops_the_other(rt: Runtime, executor: Fa
 def test_a_placement_whose_start_never_happened_fails_on_the_next_tick(rt: Runtime) -> None:
     run_id = submit(rt).run_id
     dispatch.schedule_pass(rt)  # the server died before start_attempt
-    dispatch.reconcile(rt)
+    reconcile.reconcile(rt)
     run = run_row(rt, run_id)
     assert (run.status, run.end_reason) == ("failed", "startup_failed")

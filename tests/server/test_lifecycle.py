@@ -7,7 +7,8 @@ import pytest
 
 from starforge.contract.api import LifecycleEvent
 from starforge.contract.errors import Forbidden, RunNotFound, Unauthorized
-from starforge.contract.states import EndReason, JobStatus
+from starforge.contract.nodes import NodeRecord
+from starforge.contract.states import EndReason, JobStatus, NodeState
 from starforge.server.runtime import Runtime
 from starforge.server.services import lifecycle
 from starforge.server.services.lifecycle import decide
@@ -27,8 +28,15 @@ from .lifecycle_factories import beat, checkpoint, start, submit_with_retries
 S = JobStatus
 
 
-def nodes(*states: tuple[str, int | None]) -> dict[str, dict[str, object]]:
-    return {str(i): {"state": st, "exit_code": code} for i, (st, code) in enumerate(states)}
+def nodes(*states: tuple[str, int | None]) -> dict[int, NodeRecord]:
+    """Typed node records by rank, each in a state with its exit code."""
+    return {
+        i: NodeRecord(state=NodeState(st), exit_code=code) for i, (st, code) in enumerate(states)
+    }
+
+
+def with_(records: dict[int, NodeRecord], rank: int, **fields: object) -> dict[int, NodeRecord]:
+    return {**records, rank: NodeRecord.model_validate({**records[rank].model_dump(), **fields})}
 
 
 # ---- the decision, as a pure function ---------------------------------------------------------
@@ -58,15 +66,13 @@ def test_one_node_exiting_non_zero_fails_the_run_at_once() -> None:
 
 
 def test_an_end_reason_reported_by_the_runner_is_kept() -> None:
-    n = nodes(("exited", 137))
-    n["0"]["end_reason"] = "oom"
+    n = with_(nodes(("exited", 137)), 0, end_reason="oom")
     d = decide(S.RUNNING, n)
     assert d is not None and d.end_reason is EndReason.OOM
 
 
 def test_a_lost_node_fails_the_run_as_node_lost() -> None:
-    n = nodes(("exited", None))
-    n["0"]["lost"] = True
+    n = with_(nodes(("exited", None)), 0, lost=True)
     d = decide(S.RUNNING, n)
     assert d is not None and (d.status, d.end_reason, d.exit_code) == (
         S.FAILED,
@@ -100,7 +106,7 @@ def test_running_moves_a_starting_run_to_running(rt: Runtime) -> None:
     report(rt, run_id, "running")
     run = run_row(rt, run_id)
     assert run.status == "running" and run.started_at is not None
-    assert run.attempts[0].nodes["0"]["state"] == "running"
+    assert run.attempts[0].node_records()[0].state is NodeState.RUNNING
 
 
 def test_a_clean_exit_succeeds_the_run_and_wakes_the_scheduler(rt: Runtime) -> None:
@@ -130,7 +136,7 @@ def test_duplicate_events_change_nothing(rt: Runtime) -> None:
     report(rt, run_id, "starting")  # late and out of order
     run = run_row(rt, run_id)
     assert (run.status, len(run.events)) == ("running", events)
-    assert run.attempts[0].nodes["0"]["state"] == "running"
+    assert run.attempts[0].node_records()[0].state is NodeState.RUNNING
     report(rt, run_id, "exited", exit_code=0)
     again = report(rt, run_id, "exited", exit_code=1)
     late = report(rt, run_id, "running")
@@ -188,8 +194,8 @@ def test_an_event_for_an_unknown_run_is_not_found(rt: Runtime) -> None:
 # ---- pausing ----------------------------------------------------------------------------------
 
 
-def lost() -> dict[str, object]:
-    return {"state": "exited", "exit_code": None, "lost": True}
+def lost() -> NodeRecord:
+    return NodeRecord(state=NodeState.EXITED, exit_code=None, lost=True)
 
 
 @pytest.mark.parametrize("code", [143, 137, 0])
@@ -218,15 +224,13 @@ def test_a_node_that_crashes_while_pausing_fails_the_run_at_once() -> None:
 
 
 def test_a_node_lost_while_pausing_still_ends_paused() -> None:
-    n = nodes(("exited", 143))
-    n["1"] = lost()
+    n = {**nodes(("exited", 143)), 1: lost()}
     d = decide(S.PAUSING, n)
     assert d is not None and d.status is S.PAUSED
 
 
 def test_a_runner_cannot_claim_success_for_a_failed_exit() -> None:
-    n = nodes(("exited", 3))
-    n["0"]["end_reason"] = "completed"
+    n = with_(nodes(("exited", 3)), 0, end_reason="completed")
     d = decide(S.RUNNING, n)
     assert d is not None and (d.status, d.end_reason) == (S.FAILED, EndReason.EXIT_NONZERO)
 
@@ -242,7 +246,7 @@ def test_a_heartbeat_stamps_the_attempt_and_changes_no_status(rt: Runtime) -> No
     attempt = run.attempts[0]
     assert (run.status, len(run.events)) == ("running", events)
     assert attempt.heartbeat_at is not None
-    assert attempt.nodes["0"]["beat"] == pytest.approx(attempt.heartbeat_at.timestamp())
+    assert attempt.node_records()[0].beat == pytest.approx(attempt.heartbeat_at.timestamp())
 
 
 def test_a_heartbeat_of_an_attempt_that_is_over_is_refused(rt: Runtime) -> None:

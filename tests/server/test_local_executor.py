@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from starforge.contract.errors import StarForgeError
+from starforge.server.executors.base import Executor, SupportsAdopt, SupportsKill, SupportsReap
 from starforge.server.executors.local import LocalExecutor, parse_ref, proc_state
 
 from .factories import eventually
@@ -100,3 +101,9 @@ def test_a_runner_started_by_an_earlier_server_is_seen_alive_then_dead(tmp_path:
 def test_a_foreign_reference_is_refused() -> None:
     with pytest.raises(StarForgeError):
         parse_ref("slurm:123")
+
+
+def test_the_local_executor_offers_every_optional_capability_the_reconciler_uses() -> None:
+    local = LocalExecutor([sys.executable])
+    for capability in (Executor, SupportsKill, SupportsAdopt, SupportsReap):
+        assert isinstance(local, capability), capability.__name__

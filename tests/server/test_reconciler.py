@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from starforge.contract.states import TRANSITIONS, EndReason, JobStatus
+from starforge.contract.nodes import NodeRecord
+from starforge.contract.states import TRANSITIONS, EndReason, JobStatus, NodeEvent, NodeState
+from starforge.server import statemachine
 from starforge.server.db.models import Run, utcnow
 from starforge.server.runtime import Runtime
 from starforge.server.services import actions, dispatch, reconcile
@@ -29,7 +30,7 @@ from .factories import FakeExecutor, report, run_row, running_run, submit
 from .lifecycle_factories import beat, checkpoint, exit_record, runner_record
 
 S = JobStatus
-STATES = ["pending", "started", "starting", "running", "exited"]
+STATES = list(NodeState)
 
 
 # ---- one node: judge_node ---------------------------------------------------------------------
@@ -144,18 +145,17 @@ def test_only_an_unrecorded_start_is_adopted_and_only_a_live_overdue_one_is_forc
 
 
 @st.composite
-def attempt_nodes(draw: st.DrawFn) -> dict[str, dict[str, Any]]:
+def attempt_nodes(draw: st.DrawFn) -> dict[int, NodeRecord]:
     count = draw(st.integers(1, 4))
-    nodes: dict[str, dict[str, Any]] = {}
+    nodes: dict[int, NodeRecord] = {}
     for rank in range(count):
         state = draw(st.sampled_from(STATES))
-        node: dict[str, Any] = {"state": state, "exit_code": None}
-        if state == "exited":
+        node = NodeRecord(state=state)
+        if state is NodeState.EXITED:
             lost = draw(st.booleans())
-            node.update(
-                lost=lost, exit_code=None if lost else draw(st.sampled_from([0, 1, 137, 143]))
-            )
-        nodes[str(rank)] = node
+            code = None if lost else draw(st.sampled_from([0, 1, 137, 143]))
+            node = node.model_copy(update={"lost": lost, "exit_code": code})
+        nodes[rank] = node
     return nodes
 
 
@@ -164,7 +164,7 @@ ACTIVE_STATUSES = [S.STARTING, S.RUNNING, S.STOPPING, S.PAUSING]
 
 @given(st.sampled_from(ACTIVE_STATUSES), attempt_nodes())
 def test_every_ending_is_a_transition_the_table_allows(
-    status: S, nodes: dict[str, dict[str, Any]]
+    status: S, nodes: dict[int, NodeRecord]
 ) -> None:
     d = decide(status, nodes)
     if d is not None:
@@ -172,30 +172,30 @@ def test_every_ending_is_a_transition_the_table_allows(
 
 
 @given(st.sampled_from(ACTIVE_STATUSES), attempt_nodes())
-def test_success_needs_every_node_to_exit_zero(status: S, nodes: dict[str, dict[str, Any]]) -> None:
+def test_success_needs_every_node_to_exit_zero(status: S, nodes: dict[int, NodeRecord]) -> None:
     d = decide(status, nodes)
     if d is not None and d.status is S.SUCCEEDED:
-        assert all(n["state"] == "exited" and n["exit_code"] == 0 for n in nodes.values())
+        assert all(n.exited and n.exit_code == 0 for n in nodes.values())
 
 
 @given(attempt_nodes())
 def test_a_stopping_run_ends_stopped_and_a_pausing_one_paused_or_failed(
-    nodes: dict[str, dict[str, Any]],
+    nodes: dict[int, NodeRecord],
 ) -> None:
     stopped = decide(S.STOPPING, nodes)
     assert stopped is None or stopped.status is S.STOPPED
     paused = decide(S.PAUSING, nodes)
     assert paused is None or paused.status in (S.PAUSED, S.FAILED)
     if paused is not None and paused.status is S.PAUSED:
-        assert all(n["state"] == "exited" for n in nodes.values())
+        assert all(n.exited for n in nodes.values())
 
 
 @given(st.sampled_from([S.STARTING, S.RUNNING]), attempt_nodes())
 def test_an_attempt_goes_on_exactly_while_nothing_failed_and_a_node_runs(
-    status: S, nodes: dict[str, dict[str, Any]]
+    status: S, nodes: dict[int, NodeRecord]
 ) -> None:
-    exited = [n for n in nodes.values() if n["state"] == "exited"]
-    failed = [n for n in exited if n.get("lost") or n["exit_code"] != 0]
+    exited = [n for n in nodes.values() if n.exited]
+    failed = [n for n in exited if n.lost or n.exit_code != 0]
     assert (decide(status, nodes) is None) == (not failed and len(exited) < len(nodes))
 
 
@@ -230,9 +230,8 @@ def backdate(rt: Runtime, run_id: str, *, beat_s: float = 0, server_s: float = 0
     with rt.transaction() as session:
         run = session.get(Run, run_id)
         assert run is not None and run.current is not None
-        nodes = run.current.nodes
-        nodes["0"]["beat"] = (utcnow() - timedelta(seconds=beat_s)).timestamp()
-        run.current.set_nodes(nodes)
+        when = (utcnow() - timedelta(seconds=beat_s)).timestamp()
+        assert statemachine.node_event(run.current, 0, NodeEvent.HEARTBEAT, beat=when)
 
 
 def test_a_live_runner_that_stops_beating_is_lost_killed_and_retried_from_its_checkpoint(
@@ -243,11 +242,13 @@ def test_a_live_runner_that_stops_beating_is_lost_killed_and_retried_from_its_ch
     beat(rt, run_id)
     checkpoint(rt, run_id, "step-20")
     backdate(rt, run_id, beat_s=rt.settings.lost_after_s + 5, server_s=3600)
-    dispatch.reconcile(rt)
+    reconcile.reconcile(rt)
     run = run_row(rt, run_id)
     assert (run.status, run.auto_retries) == ("queued", 1)
     first = run.attempts[0]
-    assert first.end_reason == "node_lost" and "no heartbeat for 35 s" in first.nodes["0"]["why"]
+    assert (
+        first.end_reason == "node_lost" and "no heartbeat for 35 s" in first.node_records()[0].why
+    )
     assert executor.killed == [ref]
     assert (
         run.events[-1].reason == "auto-retry 1 of 2 after node_lost: resumes from step-20 (step 20)"
@@ -260,14 +261,14 @@ def test_silence_while_the_server_was_down_does_not_count(
     run_id = running_run(rt)
     beat(rt, run_id)
     backdate(rt, run_id, beat_s=3600, server_s=1)  # quiet for an hour, but we just started
-    dispatch.reconcile(rt)
+    reconcile.reconcile(rt)
     assert run_row(rt, run_id).status == "running" and executor.killed == []
 
 
 def test_a_runner_that_never_beat_is_judged_by_its_process_alone(rt: Runtime) -> None:
     run_id = running_run(rt)
     rt.started_at = utcnow() - timedelta(hours=1)
-    dispatch.reconcile(rt)
+    reconcile.reconcile(rt)
     assert run_row(rt, run_id).status == "running"
 
 
@@ -276,7 +277,7 @@ def test_an_exit_record_finishes_the_attempt_even_if_the_report_never_came(
 ) -> None:
     run_id = running_run(rt)
     exit_record(rt, run_id, 0)  # the runner is still alive, retrying its report
-    dispatch.reconcile(rt)
+    reconcile.reconcile(rt)
     run = run_row(rt, run_id)
     assert (run.status, run.exit_code, run.events[-1].actor) == ("succeeded", 0, "reconciler")
     assert not report(rt, run_id, "exited", exit_code=0).accepted  # the late report changes nothing
@@ -290,9 +291,9 @@ def test_a_start_the_server_died_before_recording_is_adopted_not_started_again(
     runner_record(rt, run_id, pid=4242)
     executor.live_pids.add(4242)
     executor.alive.add("fake:pid-4242")
-    dispatch.reconcile(rt)
+    reconcile.reconcile(rt)
     run = run_row(rt, run_id)
-    assert run.status == "starting" and run.attempts[0].nodes["0"]["ref"] == "fake:pid-4242"
+    assert run.status == "starting" and run.attempts[0].node_records()[0].ref == "fake:pid-4242"
     assert run.attempts[0].executor_ref == "fake:pid-4242"
     assert executor.started == []  # nothing started twice
     report(rt, run_id, "running")
@@ -303,7 +304,7 @@ def test_a_runner_record_of_a_dead_process_means_the_start_failed(rt: Runtime) -
     run_id = submit(rt).run_id
     dispatch.schedule_pass(rt)
     runner_record(rt, run_id, pid=4243)
-    dispatch.reconcile(rt)
+    reconcile.reconcile(rt)
     assert run_row(rt, run_id).end_reason == "startup_failed"
 
 
@@ -316,11 +317,11 @@ def test_a_stop_whose_sigkill_died_with_the_old_server_is_forced(
         run = session.get(Run, run_id)
         assert run is not None
         run.updated_at = utcnow() - timedelta(hours=1)
-    dispatch.reconcile(rt)
+    reconcile.reconcile(rt)
     assert executor.killed == [executor.started[0][0]]
     assert run_row(rt, run_id).status == "stopping"  # its exit (or loss) will end it
     executor.die(executor.started[0][0])
-    dispatch.reconcile(rt)
+    reconcile.reconcile(rt)
     assert run_row(rt, run_id).status == "stopped"
 
 
@@ -338,7 +339,7 @@ def test_reconciling_twice_changes_nothing_more(rt: Runtime, executor: KillingEx
 def test_a_live_runner_that_just_exited_reports_for_itself(rt: Runtime) -> None:
     run_id = running_run(rt)
     exit_record(rt, run_id, 0, age_s=0.0)  # written a moment ago; the runner is still alive
-    dispatch.reconcile(rt)
+    reconcile.reconcile(rt)
     assert run_row(rt, run_id).status == "running"
     report(rt, run_id, "exited", exit_code=0)
     run = run_row(rt, run_id)

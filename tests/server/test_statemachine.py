@@ -1,4 +1,5 @@
-"""The transition table, walked pair by pair through the only writer of a status."""
+"""The transition tables, walked pair by pair through the only writer of a status, and every node
+state × node event through the only writer of a node's record."""
 
 from __future__ import annotations
 
@@ -8,9 +9,17 @@ import pytest
 from sqlalchemy import func, select
 
 from starforge.contract.errors import InvalidTransition
-from starforge.contract.states import TRANSITIONS, EndReason, JobStatus
+from starforge.contract.nodes import NodeRecord
+from starforge.contract.states import (
+    NODE_TRANSITIONS,
+    TRANSITIONS,
+    EndReason,
+    JobStatus,
+    NodeEvent,
+    NodeState,
+)
 from starforge.server import statemachine
-from starforge.server.db.models import Event, Run
+from starforge.server.db.models import Attempt, Event, Run
 from starforge.server.runtime import Runtime
 
 from .factories import insert_run
@@ -55,9 +64,9 @@ def test_admit_gives_a_new_run_queued_and_an_event_from_nothing(rt: Runtime) -> 
             experiment="e",
             method="m",
             status="",
-            spec_json="{}",
-            manifest_json="{}",
-            pools_json="[]",
+            spec={},
+            manifest={},
+            pools=[],
             idempotency_key="k" * 8,
         )
         statemachine.admit(session, run, reason="waiting", actor="alice")
@@ -148,3 +157,79 @@ def test_a_resumed_run_forgets_its_pause_but_keeps_its_first_start(rt: Runtime) 
         assert run.end_reason == "paused_by_user" and run.ended_at is None  # paused is not final
         statemachine.transition(session, run, JobStatus.QUEUED, reason="resumed", actor="t")
         assert (run.end_reason, run.ended_at, run.started_at) == (None, None, first)
+
+
+# ---- nodes ------------------------------------------------------------------------------------
+
+NODE_PAIRS = list(itertools.product(NodeState, NodeEvent))
+
+
+def _attempt_with_node(rt: Runtime, state: NodeState) -> dict[str, object]:
+    """A run's attempt whose node 0 is in ``state`` (set up directly); its stored record."""
+    insert_run(rt, "r-0000000009", status=JobStatus.RUNNING)
+    ref = None if state is NodeState.PENDING else "fake:1"
+    record = NodeRecord(node="h200-1", pool="h200", ref=ref, state=state, beat=1.0)
+    with rt.transaction() as session:
+        attempt = Attempt(run_id="r-0000000009", number=1, log_path="")
+        statemachine.place_nodes(attempt, {0: NodeRecord(node="h200-1", pool="h200")})
+        attempt.nodes["0"] = record.model_dump(mode="json")
+        session.add(attempt)
+    return record.model_dump(mode="json")
+
+
+def _stored(rt: Runtime) -> Attempt:
+    with rt.transaction() as session:
+        attempt = session.scalars(select(Attempt)).one()
+        session.expunge(attempt)
+        return attempt
+
+
+@pytest.mark.parametrize(("state", "event"), NODE_PAIRS, ids=[f"{s}+{e}" for s, e in NODE_PAIRS])
+def test_every_node_event_moves_a_node_exactly_as_the_node_table_says(
+    rt: Runtime, state: NodeState, event: NodeEvent
+) -> None:
+    before = _attempt_with_node(rt, state)
+    dst = NODE_TRANSITIONS[state].get(event)
+    with rt.transaction() as session:
+        attempt = session.scalars(select(Attempt)).one()
+        got = statemachine.node_event(
+            attempt,
+            0,
+            event,
+            ref="fake:2",
+            exit_code=3,
+            end_reason=EndReason.OOM,
+            why="gone",
+            beat=9.0,
+        )
+    stored = _stored(rt)
+    if dst is None:
+        assert got is None and stored.nodes["0"] == before  # rejected: nothing changed
+        return
+    node = stored.node_records()[0]
+    assert got == node and node.state is dst and node.beat == 9.0  # saved by the transaction
+    if event in (NodeEvent.STARTED, NodeEvent.ADOPTED):
+        assert node.ref == stored.executor_ref == "fake:2"
+    if event is NodeEvent.EXITED:
+        assert (node.exit_code, node.end_reason, node.lost) == (3, EndReason.OOM, False)
+    if event in (NodeEvent.LOST, NodeEvent.STARTUP_FAILED):
+        assert (node.exit_code, node.lost, node.why) == (None, True, "gone")
+        want = EndReason.STARTUP_FAILED if event is NodeEvent.STARTUP_FAILED else EndReason.OOM
+        assert node.end_reason is want
+
+
+def test_an_event_for_a_node_the_attempt_does_not_have_changes_nothing(rt: Runtime) -> None:
+    before = _attempt_with_node(rt, NodeState.RUNNING)
+    with rt.transaction() as session:
+        attempt = session.scalars(select(Attempt)).one()
+        assert statemachine.node_event(attempt, 1, NodeEvent.EXITED, exit_code=0) is None
+    assert _stored(rt).nodes == {"0": before}
+
+
+def test_placing_nodes_twice_or_not_pending_is_refused() -> None:
+    attempt = Attempt(run_id="r-1", number=1, log_path="")
+    with pytest.raises(InvalidTransition):
+        statemachine.place_nodes(attempt, {0: NodeRecord(state=NodeState.RUNNING)})
+    statemachine.place_nodes(attempt, {0: NodeRecord()})
+    with pytest.raises(InvalidTransition):
+        statemachine.place_nodes(attempt, {1: NodeRecord()})

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from starforge.contract.errors import BlobDigestMismatch, InvalidName
-from starforge.server.storage import Storage, write_json_atomic
+from starforge.server.storage import Storage
 
 
 def test_a_blob_lands_under_its_digest_split_two_and_sixty_two(tmp_path: Path) -> None:
@@ -88,14 +88,6 @@ def test_a_binding_file_is_readable_by_its_owner_only(tmp_path: Path) -> None:
     Storage(tmp_path).write_binding(path, {"run_token": "secret"})
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert json.loads(path.read_text()) == {"run_token": "secret"}
-
-
-def test_json_is_replaced_whole_with_no_temp_files_left(tmp_path: Path) -> None:
-    path = tmp_path / "x.json"
-    write_json_atomic(path, {"v": 1})
-    write_json_atomic(path, {"v": 2})
-    assert json.loads(path.read_text()) == {"v": 2}
-    assert [p.name for p in tmp_path.iterdir()] == ["x.json"]
 
 
 @pytest.mark.parametrize(

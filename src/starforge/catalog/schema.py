@@ -4,8 +4,9 @@ A method says who it is (id, version), what it runs (runtimes, entrypoint), how 
 the framework (``config.mode``), what a submission must give (``requires``), what it can do after
 training (``lifecycle``), how it is observed, and its **typed parameters**: each with a type, the
 dot-path it binds in the experiment's config, a default, bounds or choices, and a doc line.
-Everything here is data; behaviour lives in ``contract/params.py`` (values), ``catalog/checks``
-(framework rules) and ``catalog/adapters`` (launch plans).
+Everything here is data, built strictly (an unknown key in a ``method.yaml`` is an error);
+behaviour lives in ``contract/params.py`` (values), ``catalog/checks`` (framework rules) and
+``catalog/adapters`` (launch plans).
 """
 
 from __future__ import annotations
@@ -13,16 +14,13 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from starforge.contract.base import Contract
 from starforge.contract.params import Param
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class RuntimeVersion(Strict):
+class RuntimeVersion(Contract):
     """One framework version a method can run with."""
 
     runtime_id: str
@@ -31,7 +29,7 @@ class RuntimeVersion(Strict):
     status: Literal["supported", "deprecated"] = "supported"
 
 
-class Runtime(Strict):
+class Runtime(Contract):
     default: str
     versions: dict[str, RuntimeVersion]
 
@@ -49,7 +47,7 @@ class EntrypointKind(StrEnum):
     FILE = "file"  # run a script shipped with the framework (relative to its install)
 
 
-class Entrypoint(Strict):
+class Entrypoint(Contract):
     kind: EntrypointKind
     file: str = ""  # for python/bash (experiment-relative) and file (framework-relative)
     module: str = ""  # for module
@@ -63,7 +61,7 @@ class ConfigMode(StrEnum):
     NONE = "none"  # the entrypoint reads what it needs itself (custom)
 
 
-class ConfigSpec(Strict):
+class ConfigSpec(Contract):
     file: str = "config.yaml"  # the experiment's config file
     mode: ConfigMode = ConfigMode.TRAINER_ARGS
     # Keys the platform owns (outputs, topology): an experiment config that sets one is refused.
@@ -78,11 +76,11 @@ class ConfigSpec(Strict):
     output_dir: str = ""
 
 
-class Metrics(Strict):
+class Metrics(Contract):
     primary: list[str] = Field(default_factory=list)
 
 
-class AutoRetry(Strict):
+class AutoRetry(Contract):
     """How a run of this method is requeued, from its latest checkpoint, after the platform
     failed it (never after the training itself failed: that is the user's ``sf job retry``)."""
 
@@ -95,7 +93,7 @@ class AutoRetry(Strict):
     require_checkpoint: bool = True
 
 
-class MethodDecl(Strict):
+class MethodDecl(Contract):
     """One ``method.yaml`` as written."""
 
     id: str

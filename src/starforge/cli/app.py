@@ -11,6 +11,7 @@ from starforge.cli import (
     cmd_job,
     cmd_lab,
     cmd_methods,
+    cmd_metrics,
     cmd_server,
     cmd_status,
     cmd_submit,
@@ -56,6 +57,9 @@ app.command(rich_help_panel="Experiment")(cmd_methods.methods)
 app.command("ls", rich_help_panel="Experiment")(cmd_methods.ls)
 app.command(rich_help_panel="Experiment")(cmd_methods.validate)
 app.command(rich_help_panel="Job")(cmd_submit.submit)
+# `sf job metrics|console` live in their own module, which builds on cmd_job (never the reverse).
+cmd_job.app.command("metrics")(cmd_metrics.metrics)
+cmd_job.app.command("console")(cmd_metrics.console)
 app.add_typer(cmd_job.app, name="job", rich_help_panel="Job")
 app.command("status", rich_help_panel="Job")(cmd_status.status)
 app.add_typer(cmd_server.app, name="server", rich_help_panel="Management")

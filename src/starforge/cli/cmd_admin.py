@@ -29,6 +29,13 @@ NONE = "none"
 _SERIES_LIMIT = re.compile(r"^(?P<series>[A-Za-z0-9][A-Za-z0-9._-]*)=(?P<n>\d+|none)$")
 
 
+def _user_ref(value: str | None) -> str | None:
+    """An empty user name is a usage error, not "every user"."""
+    if value is not None and not value.strip():
+        raise typer.BadParameter("a user name cannot be empty")
+    return value
+
+
 def _count(text: str, flag: str) -> int | None:
     from starforge.contract.errors import UsageError
 
@@ -74,7 +81,9 @@ def _print(found: UserQuota) -> None:
 
 @quota_app.command("show")
 def show(
-    user: Annotated[str | None, typer.Argument(help="A user (default: every user).")] = None,
+    user: Annotated[
+        str | None, typer.Argument(help="A user (default: every user).", callback=_user_ref)
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Show quotas beside what each user has in use.
@@ -99,7 +108,7 @@ def show(
 
 @quota_app.command("set")
 def set_quota(
-    user: Annotated[str, typer.Argument(help="The user whose quota changes.")],
+    user: Annotated[str, typer.Argument(help="The user whose quota changes.", callback=_user_ref)],
     max_gpus: Annotated[
         list[str],
         typer.Option(

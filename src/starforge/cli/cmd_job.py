@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from starforge.cli import cmd_metrics
 from starforge.cli.output import ago, out, status_text
 
 # Command modules import the client lazily, inside each command: `sf --help` stays fast.
@@ -18,8 +17,23 @@ if TYPE_CHECKING:
 
 app = typer.Typer(help="Follow and control runs.", no_args_is_help=True)
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print a JSON document for scripts.")]
+
+
+def run_ref(value: str | None) -> str | None:
+    """An empty run id is a usage error here, not a request for every run on the server."""
+    if value is not None and not value.strip():
+        raise typer.BadParameter("a run id cannot be empty; give a run id or a prefix of one")
+    return value
+
+
 RunArg = Annotated[
-    str | None, typer.Argument(help="Run id or any unambiguous prefix (default: your latest run).")
+    str | None,
+    typer.Argument(
+        help="Run id or any unambiguous prefix (default: your latest run).", callback=run_ref
+    ),
+]
+RequiredRunArg = Annotated[
+    str, typer.Argument(help="Run id or unambiguous prefix.", callback=run_ref)
 ]
 
 
@@ -191,7 +205,7 @@ def logs(
 
 @app.command()
 def stop(
-    run: Annotated[str, typer.Argument(help="Run id or unambiguous prefix.")],
+    run: RequiredRunArg,
     json_out: JsonOpt = False,
 ) -> None:
     """Stop a run: SIGTERM to its processes, SIGKILL after a grace period. Works on queued runs.
@@ -229,7 +243,7 @@ def _act(run: str, action: str, json_out: bool) -> None:
 
 @app.command()
 def pause(
-    run: Annotated[str, typer.Argument(help="Run id or unambiguous prefix.")],
+    run: RequiredRunArg,
     json_out: JsonOpt = False,
 ) -> None:
     """Pause a run: its training saves a checkpoint and exits, its GPUs are released.
@@ -243,7 +257,7 @@ def pause(
 
 @app.command()
 def resume(
-    run: Annotated[str, typer.Argument(help="Run id or unambiguous prefix.")],
+    run: RequiredRunArg,
     json_out: JsonOpt = False,
 ) -> None:
     """Resume a paused run: same run id, a new attempt, from its latest checkpoint.
@@ -255,7 +269,7 @@ def resume(
 
 @app.command()
 def retry(
-    run: Annotated[str, typer.Argument(help="Run id or unambiguous prefix.")],
+    run: RequiredRunArg,
     json_out: JsonOpt = False,
 ) -> None:
     """Requeue a failed or stopped run: same run id, a new attempt, from its latest checkpoint.
@@ -263,7 +277,3 @@ def retry(
     Example: sf job retry r-7f3a
     """
     _act(run, "retry", json_out)
-
-
-app.command("metrics")(cmd_metrics.metrics)
-app.command("console")(cmd_metrics.console)

@@ -42,6 +42,11 @@ def init(
     created = lab.init_lab(target, name)
     out.data({"root": str(created.root), "project": created.name})
     out.success(f"created lab [bold]{created.name}[/bold] in {created.root}")
+    if name is None and created.name != created.root.name:
+        out.line(
+            f"the project is named {created.name!r} after the folder {created.root.name!r} "
+            "(a name holds letters, digits, '.', '_' and '-'); --name picks another"
+        )
     out.line("next: [bold]sf new my-grpo --method trl/grpo[/bold]")
 
 

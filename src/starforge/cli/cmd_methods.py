@@ -70,10 +70,12 @@ def methods(
                     name,
                     escape(p.describe()),
                     "required" if p.required else ("-" if p.default is None else str(p.default)),
-                    p.doc,
+                    escape(p.doc),
                 ]
                 for name, p in rows
             ],
+            # Names and defaults are what a researcher copies into `-s`: never cut them.
+            wrap=("TYPE", "DOC"),
         )
 
 

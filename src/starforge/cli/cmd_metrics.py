@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from starforge.cli.cmd_job import RunArg, resolve, run_ref
 from starforge.cli.output import out, status_text
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -41,10 +42,7 @@ def number(value: float) -> str:
 
 
 def metrics(
-    run: Annotated[
-        str | None,
-        typer.Argument(help="Run id or any unambiguous prefix (default: your latest run)."),
-    ] = None,
+    run: RunArg = None,
     key: Annotated[
         list[str],
         typer.Option("--key", "-k", help="Only this metric (repeatable), e.g. -k loss -k reward."),
@@ -61,7 +59,6 @@ def metrics(
 
     Examples: sf job metrics · sf job metrics r-7f3a -k loss --json
     """
-    from starforge.cli.cmd_job import resolve
     from starforge.cli.connect import connect
 
     out.set_json(json_out)
@@ -105,7 +102,8 @@ def metrics(
 
 def console(
     run: Annotated[
-        str | None, typer.Argument(help="Run id or prefix (default: the console's home).")
+        str | None,
+        typer.Argument(help="Run id or prefix (default: the console's home).", callback=run_ref),
     ] = None,
     no_open: Annotated[
         bool, typer.Option("--no-open", help="Print the link instead of opening a browser.")

@@ -1,49 +1,55 @@
 """``sf submit --dry-run``: the resolved config, the spec and the launch plan of every node.
 
-The plans are compiled by the same adapters the runner uses, with a binding shaped like the one
-the scheduler would write (placeholders where only the server knows: run id, storage root).
+The plans are compiled by the same adapters the runner uses, with bindings made by the same
+:func:`contract.env.make_binding` dispatch uses: the profile's env comes with the pools and
+``hf_offline`` is the server's, so the environment shown is the job's. Only what the server
+decides at placement is a placeholder (run id, storage root, endpoint, token, port).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from starforge.catalog.adapters import CompileContext, compile_plan
 from starforge.cli.submit_flow import Prepared
-from starforge.contract.env import Binding, job_env
+from starforge.contract.env import Binding, job_env, make_binding
+from starforge.contract.layout import StorageLayout
 
 RUN_ID = "r-dryrun0000"
 STORAGE = "<storage>"
+ENDPOINT = "<server>"
+RUN_TOKEN = "<run-token>"
+MASTER_PORT = 29500
 
 
 def bindings(prepared: Prepared, user: str) -> list[Binding]:
     spec = prepared.spec
-    run_dir = f"{STORAGE}/runs/{user}/{spec.project}/{spec.experiment}/{RUN_ID}"
+    run = StorageLayout(Path(STORAGE)).run(user, spec.project, spec.experiment, RUN_ID)
     nnodes = sum(p.nodes for p in prepared.pools)
-    found, rank = [], 0
+    found: list[Binding] = []
     for pool in prepared.pools:
         for _ in range(pool.nodes):
+            rank = len(found)
             found.append(
-                Binding(
+                make_binding(
                     run_id=RUN_ID,
                     attempt=1,
                     user=user,
                     storage_root=STORAGE,
-                    run_dir=run_dir,
-                    work_dir=f"{run_dir}/work",
-                    out_dir=f"{run_dir}/out",
-                    log_path=f"{run_dir}/logs/attempt-1.log",
-                    node_rank=rank,
-                    nnodes=nnodes,
-                    gpus_per_node=pool.gpus_per_node,
-                    visible_devices=list(range(pool.gpus_per_node)),
+                    run_dir=str(run.dir),
+                    log_path=str(run.log(1, rank)),
                     pools=prepared.pools,
                     pool=pool.name,
-                    endpoint="<server>",
-                    run_token="<run-token>",
+                    node_rank=rank,
+                    nnodes=nnodes,
+                    visible_devices=list(range(pool.gpus_per_node)),
+                    master_port=MASTER_PORT,
+                    endpoint=ENDPOINT,
+                    run_token=RUN_TOKEN,
+                    hf_offline=prepared.hf_offline,
                 )
             )
-            rank += 1
     return found
 
 

@@ -1,16 +1,23 @@
 """Entry point of ``sf`` and its one error boundary.
 
 A StarForge error is one red line and a hint on stderr, exit code 1 (2 for usage errors and
-rejections); a traceback only with ``--debug``.
+rejections); a traceback only with ``--debug``. Usage errors found by the parser (unknown command
+or option, missing or bad argument, a group called without a command) take the same shape, with
+click's did-you-mean kept, and exit 2.
+
+typer 0.29 ships its own copy of click: its exceptions derive from ``typer.TyperException``, not
+from ``click.ClickException``, so the boundary catches typer's public classes and never imports
+``click`` (a separate package that typer no longer uses).
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
-import click
+import typer
 
-from starforge.contract.errors import StarForgeError
+from starforge.contract.errors import StarForgeError, UsageError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,12 +35,14 @@ def main(argv: list[str] | None = None) -> int:
             raise
         out.error(err)
         return err.exit_code
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         return exc.exit_code
-    except click.ClickException as exc:
-        exc.show()
-        return 2
-    except (click.exceptions.Abort, KeyboardInterrupt):
+    except typer.TyperException as exc:
+        # A usage error is the user's, never a bug: no traceback, even with --debug.
+        err = parser_error(exc)
+        out.error(err)
+        return int(getattr(exc, "exit_code", 2))
+    except (typer.Abort, KeyboardInterrupt):
         out.stderr.print("interrupted")
         return 130
     except OSError as exc:
@@ -41,6 +50,19 @@ def main(argv: list[str] | None = None) -> int:
             raise
         out.error(StarForgeError(str(exc), hint="rerun with --debug for details"))
         return 1
+
+
+def parser_error(exc: typer.TyperException) -> StarForgeError:
+    """The parser's exception as our one-line error, with a hint naming the command's help."""
+    ctx: Any = getattr(exc, "ctx", None)
+    path = ctx.command_path if ctx is not None else "sf"
+    # By name: the class lives only in typer's private `_click` package.
+    if type(exc).__name__ == "NoArgsIsHelpError":
+        # typer has already printed the group's help; say in one line what was missing.
+        commands = ", ".join(ctx.command.list_commands(ctx)) if ctx is not None else ""
+        return UsageError(f"`{path}` needs a command", hint=f"one of: {commands}")
+    message = exc.format_message().strip() or f"bad usage of `{path}`"
+    return UsageError(message, hint=f"`{path} --help` shows its usage")
 
 
 if __name__ == "__main__":

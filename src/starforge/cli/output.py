@@ -16,6 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from starforge.contract.errors import StarForgeError
 
@@ -63,12 +64,27 @@ class Output:
         sys.stdout.write(text)
         sys.stdout.flush()
 
-    def table(self, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    def table(
+        self,
+        columns: Sequence[str],
+        rows: Sequence[Sequence[str]],
+        *,
+        wrap: Sequence[str] | None = None,
+    ) -> None:
+        """Print rows under bold headers.
+
+        With ``wrap``, only the columns named there may wrap; every other cell is printed whole
+        (a name the user copies is never cut), and the table grows past a narrow terminal or
+        piped output's 80 columns rather than cut one.
+        """
         if self.json_mode:
             return
         table = Table(show_edge=False, box=None, pad_edge=False, header_style="bold")
-        for col in columns:
-            table.add_column(col)
+        if wrap is None:
+            for col in columns:
+                table.add_column(col)
+        else:
+            _add_columns(table, columns, rows, wrap, self.stdout.width)
         for row in rows:
             table.add_row(*row)
         self.stdout.print(table)
@@ -85,6 +101,35 @@ class Output:
             self.stderr.print(f"[dim]hint:[/dim] {escape(err.hint)}")
         if self.json_mode:
             sys.stdout.write(json.dumps({"error": err.to_wire()}, indent=2, default=str) + "\n")
+
+
+WRAP_MIN_WIDTH = 20  # a wrapped column never gets narrower than this
+
+
+def _add_columns(
+    table: Table,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    wrap: Sequence[str],
+    screen: int,
+) -> None:
+    """Kept columns as wide as their widest cell; the table wide enough to hold them whole."""
+    needed = 2 * (len(columns) - 1)  # one space of padding on each inner side
+    for i, col in enumerate(columns):
+        if col in wrap:
+            table.add_column(col, overflow="fold", min_width=WRAP_MIN_WIDTH)
+            needed += WRAP_MIN_WIDTH
+            continue
+        widest = max([Text.from_markup(col).cell_len] + [_cells(r[i]) for r in rows])
+        table.add_column(col, no_wrap=True, min_width=widest)
+        needed += widest
+    if needed > screen:
+        table.width = needed
+
+
+def _cells(markup: str) -> int:
+    """The width ``markup`` takes on screen (tags and escapes do not count)."""
+    return max((Text.from_markup(line).cell_len for line in markup.splitlines()), default=0)
 
 
 def status_text(status: str) -> str:

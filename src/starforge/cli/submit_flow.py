@@ -1,11 +1,13 @@
 """The submission path on the researcher's machine, step by step.
 
 1. find the lab and the experiment (``--upgrade-recipe`` rewrites its lock first); 2. validate
-locally: profile grammar, the lock's state, the composed config, ``-s`` values against the
-method's typed parameters, the framework's static checks, ``--image``, required inputs;
+locally: profile grammar (parsed once), the lock's state, the composed config, ``-s`` values
+against the method's typed parameters, the framework's static checks, the given inputs' files;
 3. provenance (full commit, dirty tree refused unless ``--allow-dirty``, untracked files warned);
-4. pack (git's file list + inputs, secrets refused, sha256 manifest); 5. resolve the profiles
-against the server's registry and rerun the checks that depend on the data-parallel size;
+4. pack (git's file list + inputs, secrets refused, sha256 manifest), then the submission check
+admission runs too (:func:`contract.submission.check_submission`: roles, required inputs, image,
+entrypoint, parameters); 5. resolve the parsed profiles against the server's registry (the
+profile's env comes with the pools) and rerun the checks that depend on the data-parallel size;
 6. upload only the blobs the server lacks; 7. ``POST /jobs`` with spec + manifest + idempotency
 key. Every check that can fail runs before a byte is uploaded, and nothing is created on the
 server unless admission accepts the whole request.
@@ -19,21 +21,20 @@ from pathlib import Path
 
 from starforge import __version__
 from starforge.catalog.checks import CheckContext, run_checks
-from starforge.catalog.loader import EntrypointKind, Method, get_method
+from starforge.catalog.loader import Method, get_method
 from starforge.client import pending
 from starforge.client.http import Client
 from starforge.contract import observability
 from starforge.contract import profiles as profile_grammar
-from starforge.contract.api import SubmitRequest, SubmitResponse
-from starforge.contract.errors import LockError, MissingInput, ServerUnreachable, StarForgeError
+from starforge.contract.api import ProfilesResponse, SubmitRequest, SubmitResponse
+from starforge.contract.errors import LockError, ServerUnreachable, StarForgeError
 from starforge.contract.images import check_image
 from starforge.contract.jobspec import Inputs, JobSpec, Manifest, Provenance
-from starforge.contract.profiles import Pool
+from starforge.contract.profiles import Pool, ProfileRequest
+from starforge.contract.submission import INPUT_FLAGS, check_submission
 from starforge.project import experiments, git, packer
 from starforge.project.lab import Lab, find_lab
 from starforge.project.validate import Validated, validate
-
-FLAG_OF = {"model": "--model", "train_data": "--train-data", "validation_data": "--validation-data"}
 
 
 @dataclass
@@ -62,9 +63,11 @@ class Prepared:
     manifest: Manifest
     root: Path
     validated: Validated
+    requests: list[ProfileRequest]  # --profile, parsed once
     strict: bool = True
     warnings: list[str] = field(default_factory=list)
     pools: list[Pool] = field(default_factory=list)  # known after check_profiles
+    hf_offline: bool = True  # the server's, known after check_profiles
     max_retries: int | None = None
 
     @property
@@ -82,27 +85,21 @@ class Submitted:
     warnings: list[str]
 
 
-def _inputs(root: Path, opts: SubmitOptions, method: Method) -> tuple[Inputs, list[str]]:
+def _inputs(root: Path, opts: SubmitOptions) -> tuple[Inputs, list[str]]:
+    """The given inputs resolved on this machine (their files must exist); which inputs a
+    method requires is checked with the rest of the submission (``check_submission``)."""
     given = {
         "model": opts.model,
         "train_data": opts.train_data,
         "validation_data": opts.validation_data,
     }
-    missing = [FLAG_OF[k] for k in method.requires if k in FLAG_OF and not given.get(k)]
-    if missing:
-        raise MissingInput(
-            f"method {method.id} needs {', '.join(missing)}",
-            hint="e.g. --model models/tiny-llama --train-data data/train.jsonl "
-            "--validation-data data/val.jsonl (paths relative to the lab root)",
-            details={"missing": missing},
-        )
     refs, files = {}, []
     for key, value in given.items():
         if not value:
             continue
         if key != "model":
-            packer.check_data_format(FLAG_OF[key], value)
-        resolved = packer.resolve_input(root, FLAG_OF[key], value, hub_ok=key == "model")
+            packer.check_data_format(INPUT_FLAGS[key], value)
+        resolved = packer.resolve_input(root, INPUT_FLAGS[key], value, hub_ok=key == "model")
         refs[key] = resolved.ref
         files.extend(resolved.files)
     return Inputs(**refs), files
@@ -123,18 +120,6 @@ def _upgrade(lab: Lab, name: str, framework_version: str | None) -> str:
     )
 
 
-def _image(opts: SubmitOptions, method: Method) -> str:
-    if opts.image:
-        return check_image(opts.image)
-    if "image" in method.requires:
-        raise MissingInput(
-            f"method {method.id} needs --image: it runs your own code in your own image",
-            hint="e.g. --image myregistry.io/train:v1",
-            details={"missing": ["--image"]},
-        )
-    return ""
-
-
 def prepare(opts: SubmitOptions) -> Prepared:
     """Everything local: lock, validation, inputs, provenance, pack. Raises before upload."""
     lab = find_lab(opts.cwd)
@@ -143,16 +128,14 @@ def prepare(opts: SubmitOptions) -> Prepared:
         [_upgrade(lab, opts.experiment, opts.framework_version)] if opts.upgrade_recipe else []
     )
     exp = experiments.load_experiment(lab, opts.experiment)
-    profile_grammar.parse_profile_args(opts.profiles)
+    requests = profile_grammar.parse_profile_args(opts.profiles)
     validated = validate(
         lab, exp, opts.sets, framework_version=opts.framework_version, strict=not opts.no_validate
     )
     warnings += validated.warnings
     method = validated.method
-    image = _image(opts, method)
-    mode = observability.mode_of(method.observability, validated.run_config)
-    observability.check_url(mode, opts.observability_url or "", method.id)
-    inputs, input_files = _inputs(lab.root, opts, method)
+    image = check_image(opts.image) if opts.image else ""
+    inputs, input_files = _inputs(lab.root, opts)
     state = git.read_state(lab.root, [exp.relpath, *packer.SHARED_DIRS])
     git.require_clean(state, allow_dirty=opts.allow_dirty)
     warnings += [
@@ -164,7 +147,6 @@ def prepare(opts: SubmitOptions) -> Prepared:
             f"submitting uncommitted changes (--allow-dirty): {', '.join(state.changed)}"
         )
     manifest = packer.build_manifest(lab.root, [*state.tracked, *state.untracked, *input_files])
-    _check_entrypoint(exp.relpath, method, manifest)
     assert exp.method is not None
     spec = JobSpec(
         project=lab.name,
@@ -182,36 +164,40 @@ def prepare(opts: SubmitOptions) -> Prepared:
         ),
         observability_url=opts.observability_url or "",
     )
+    check_submission(
+        spec,
+        method,
+        requests=requests,
+        package={f.path for f in manifest.files},
+        validate_params=not opts.no_validate,
+    )
+    # After the shared check, in admission's order (a custom method asks for --image first).
+    mode = observability.mode_of(method.observability, validated.run_config)
+    observability.check_url(mode, spec.observability_url, method.id)
     return Prepared(
         spec=spec,
         manifest=manifest,
         root=lab.root,
         validated=validated,
+        requests=requests,
         strict=not opts.no_validate,
         warnings=warnings,
         max_retries=opts.max_retries,
     )
 
 
-def _check_entrypoint(exp_rel: str, method: Method, manifest: Manifest) -> None:
-    if method.entrypoint.kind not in (EntrypointKind.PYTHON, EntrypointKind.BASH):
-        return  # module/file entrypoints ship with the framework's image
-    entry = f"{exp_rel}/{method.entrypoint.file}"
-    if entry not in {f.path for f in manifest.files}:
-        raise StarForgeError(
-            f"{entry} is missing: {method.id} runs it",
-            hint="restore it, or recreate the experiment with `sf new`",
-        )
-
-
 def check_profiles(client: Client, prepared: Prepared) -> list[Pool]:
     """The profiles resolved against the server's registry, and the profile-aware checks."""
-    registry = client.profiles().profiles
-    requests = profile_grammar.parse_profile_args(prepared.spec.profiles)
-    pools = profile_grammar.resolve(requests, registry, prepared.method.roles)
+    return resolve_profiles(client.profiles(), prepared)
+
+
+def resolve_profiles(registry: ProfilesResponse, prepared: Prepared) -> list[Pool]:
+    """The parsed profiles resolved against ``registry`` (profile env included) and rechecked."""
+    pools = profile_grammar.resolve(prepared.requests, registry.profiles, prepared.method.roles)
     if prepared.strict:
         run_checks(CheckContext(prepared.method, prepared.validated.run_config, pools))
     prepared.pools = pools
+    prepared.hf_offline = registry.hf_offline
     return pools
 
 

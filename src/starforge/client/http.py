@@ -1,7 +1,9 @@
 """Typed calls to the control plane, one method per endpoint.
 
-Error bodies come back as the same :mod:`starforge.contract.errors` class the server raised; a
-connection failure is :class:`ServerUnreachable` naming the URL.
+Every response is read leniently (``Model.read``): fields a newer server added, at any depth, are
+ignored, so this client keeps working against the next server version. Error bodies come back as
+the same :mod:`starforge.contract.errors` class the server raised; a connection failure is
+:class:`ServerUnreachable` naming the URL.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from pydantic import BaseModel
 from starforge import __version__
 from starforge.client.sse import EventStream
 from starforge.contract import api
+from starforge.contract.base import Contract
 from starforge.contract.errors import ServerError, ServerUnreachable, from_wire
 
-M = TypeVar("M", bound=BaseModel)
+M = TypeVar("M", bound=Contract)
 _UPLOAD_CHUNK = 1 << 20
 
 
@@ -78,16 +81,16 @@ class Client:
 
     def _get(self, path: str, model: type[M], **params: Any) -> M:
         clean = {k: v for k, v in params.items() if v is not None}
-        return model.model_validate(self._send("GET", path, params=clean).json())
+        return model.read(self._send("GET", path, params=clean).content)
 
     def _post(self, path: str, model: type[M], body: BaseModel | None = None) -> M:
         content = body.model_dump(mode="json") if body is not None else None
-        return model.model_validate(self._send("POST", path, json=content).json())
+        return model.read(self._send("POST", path, json=content).content)
 
     # ---- endpoints ----------------------------------------------------------------------------
 
     def health(self) -> bool:
-        return bool(self._send("GET", "/health").json().get("ok"))
+        return api.Health.read(self._send("GET", "/health").content).ok
 
     def info(self) -> api.ServerInfo:
         return self._get("/info", api.ServerInfo)
@@ -154,14 +157,14 @@ class Client:
             },
             timeout=httpx.Timeout(wait + 30.0, connect=5.0),
         )
-        return api.LogChunk.model_validate(response.json())
+        return api.LogChunk.read(response.content)
 
     def lifecycle(self, run_id: str, event: api.LifecycleEvent) -> bool:
         """Report a runner event; False when the server ignored it (the attempt is over)."""
         response = self._send(
             "POST", f"/runs/{run_id}/lifecycle", json=event.model_dump(mode="json")
         )
-        return bool(response.json().get("accepted", True))
+        return api.LifecycleAck.read(response.content).accepted
 
     # ---- observability ------------------------------------------------------------------------
 
@@ -175,7 +178,7 @@ class Client:
             content=content,
             headers={"Content-Type": "application/json"},
         )
-        return api.IngestAck.model_validate(response.json())
+        return api.IngestAck.read(response.content)
 
     def metrics(
         self, ref: str, *, keys: list[str] | None = None, max_points: int | None = None
@@ -225,6 +228,4 @@ class Client:
     def set_quota(self, user: str, update: api.QuotaUpdate) -> api.UserQuota:
         """Only the fields set on ``update`` are sent: the others keep their value."""
         body = update.model_dump(mode="json", exclude_unset=True)
-        return api.UserQuota.model_validate(
-            self._send("PUT", f"/admin/quotas/{user}", json=body).json()
-        )
+        return api.UserQuota.read(self._send("PUT", f"/admin/quotas/{user}", json=body).content)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 import uuid
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from starforge.client import config
+from starforge.contract.atomic import write_json_atomic
 
 MAX_AGE_S = 24 * 3600.0
 
@@ -66,8 +66,6 @@ def open_pending(body: dict[str, Any], base: Path | None = None) -> Pending:
     if key is not None:
         return Pending(path, key, reused=True)
     key = uuid.uuid4().hex
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"key": key, "at": time.time()}), encoding="utf-8")
-    os.replace(tmp, path)  # written before the request leaves: a crash after it keeps the key
+    # Written before the request leaves: a crash after it keeps the key.
+    write_json_atomic(path, {"key": key, "at": time.time()})
     return Pending(path, key, reused=False)

@@ -7,6 +7,8 @@ that resumes by id (as the log stream does) delivers every event exactly once. A
 server closes is also reconnected: the caller stops iterating when it has seen what it waited
 for (the log stream's ``end`` event). After ``max_failures`` connection failures in a row it
 raises :class:`ServerUnreachable`; an HTTP error answer raises the error class the server sent.
+:meth:`Event.payload` reads a log-stream event as its typed model from ``contract/api.py``
+(leniently: fields a newer server added are ignored).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from starforge.contract import api
 from starforge.contract.errors import ServerError, ServerUnreachable, from_wire
 
 DEFAULT_RETRY_S = 1.0
@@ -33,6 +36,10 @@ class Event:
 
     def json(self) -> Any:
         return json.loads(self.data)
+
+    def payload(self) -> api.StreamPayload | None:
+        """The log stream's typed payload; None for an event kind this version does not know."""
+        return api.read_stream_event(self.event, self.data)
 
 
 class Parser:

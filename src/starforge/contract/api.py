@@ -1,7 +1,9 @@
-"""Request and response bodies of the HTTP API under ``/api/v1``.
+"""Request and response bodies of the HTTP API under ``/api/v1``, and the log stream's events.
 
 The server's routers and the client's calls both use these models, so the two cannot drift.
-Reads are lenient (``extra="ignore"``) so an older client can talk to a newer server.
+Every model is a :class:`~starforge.contract.base.Contract`: the server parses requests strictly
+(an unknown field is a 422), the client reads responses and SSE payloads with ``Model.read``, which
+ignores fields a newer server added (nested ones too), so an older client talks to a newer server.
 """
 
 from __future__ import annotations
@@ -9,8 +11,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
+from starforge.contract.base import Contract
 from starforge.contract.jobspec import JobSpec, Manifest, check_finite
 from starforge.contract.profiles import Pool, ProfileDef
 from starforge.contract.states import EndReason, JobStatus
@@ -31,15 +34,7 @@ MAX_DIGESTS = 100_000  # digests in one /blobs/missing request
 EXIT_CODE_MIN, EXIT_CODE_MAX = -255, 255
 
 
-class Lenient(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class ServerInfo(Lenient):
+class ServerInfo(Contract):
     version: str
     api: str = "v1"
     started_at: datetime
@@ -48,19 +43,19 @@ class ServerInfo(Lenient):
     url: str = ""
 
 
-class WhoAmI(Lenient):
+class WhoAmI(Contract):
     user: str
 
 
-class MissingBlobsRequest(Strict):
+class MissingBlobsRequest(Contract):
     digests: list[str] = Field(max_length=MAX_DIGESTS)
 
 
-class MissingBlobsResponse(Lenient):
+class MissingBlobsResponse(Contract):
     missing: list[str]
 
 
-class SubmitRequest(Strict):
+class SubmitRequest(Contract):
     spec: JobSpec
     manifest: Manifest
     idempotency_key: str = Field(min_length=8, max_length=128)
@@ -68,7 +63,7 @@ class SubmitRequest(Strict):
     max_retries: int | None = Field(default=None, ge=0, le=100)
 
 
-class SubmitResponse(Lenient):
+class SubmitResponse(Contract):
     run_id: str
     status: JobStatus
     created: bool = True  # False when an earlier request with the same key made the run
@@ -77,7 +72,7 @@ class SubmitResponse(Lenient):
     queue_position: int | None = None
 
 
-class AttemptView(Lenient):
+class AttemptView(Contract):
     number: int
     executor_ref: str | None = None
     started_at: datetime | None = None
@@ -89,7 +84,7 @@ class AttemptView(Lenient):
     heartbeat_at: datetime | None = None  # the latest heartbeat of any of its runners
 
 
-class EventView(Lenient):
+class EventView(Contract):
     at: datetime
     src: JobStatus | None
     dst: JobStatus
@@ -97,7 +92,7 @@ class EventView(Lenient):
     actor: str = ""
 
 
-class PendingView(Lenient):
+class PendingView(Contract):
     """Why a queued run waits, in numbers, as the scheduler would decide it now."""
 
     position: int  # 1-based place in the order the scheduler considers queued runs
@@ -110,7 +105,7 @@ class PendingView(Lenient):
     reserved_nodes: list[str] = Field(default_factory=list)  # nodes kept for this run
 
 
-class RunView(Lenient):
+class RunView(Contract):
     run_id: str
     user: str
     project: str
@@ -138,11 +133,11 @@ class RunView(Lenient):
     pending: PendingView | None = None  # queued runs only: why it waits
 
 
-class RunList(Lenient):
+class RunList(Contract):
     runs: list[RunView]
 
 
-class ActionResult(Lenient):
+class ActionResult(Contract):
     """The answer to a user action: accepted, or rejected with the reason."""
 
     accepted: bool
@@ -150,7 +145,7 @@ class ActionResult(Lenient):
     message: str
 
 
-class LogChunk(Lenient):
+class LogChunk(Contract):
     attempt: int
     offset: int  # byte offset of the next chunk in this attempt's log
     data: str
@@ -159,7 +154,7 @@ class LogChunk(Lenient):
     attempts: int = 1
 
 
-class LifecycleEvent(Strict):
+class LifecycleEvent(Contract):
     """What a runner reports about its attempt."""
 
     attempt: int = Field(ge=1, le=INT32_MAX)
@@ -172,14 +167,27 @@ class LifecycleEvent(Strict):
     message: str = ""
 
 
-class ProfilesResponse(Lenient):
+class LifecycleAck(Contract):
+    """The answer to a runner's lifecycle event."""
+
+    accepted: bool = True  # False for a duplicate or stale event, which changes nothing
+    message: str = ""
+
+
+class Health(Contract):
+    ok: bool = False
+
+
+class ProfilesResponse(Contract):
     profiles: list[ProfileDef]
+    # Whether jobs run with HF_HUB_OFFLINE (shown by --dry-run); an older server did not say.
+    hf_offline: bool = True
 
 
 # ---- observability: metrics ingest (run token) and queries (user token) ------------------------
 
 
-class MetricStep(Strict):
+class MetricStep(Contract):
     """Values logged at one step of a run (keys already flattened with ``/``)."""
 
     step: int = Field(ge=0, le=INT64_MAX)
@@ -188,7 +196,7 @@ class MetricStep(Strict):
     values: dict[str, float]
 
 
-class IngestRequest(Strict):
+class IngestRequest(Contract):
     """What ``starforge.report`` sends: metric steps, hyperparameters and run metadata."""
 
     attempt: int = Field(default=1, ge=1, le=INT32_MAX)
@@ -202,12 +210,12 @@ class IngestRequest(Strict):
         return check_finite(v)
 
 
-class IngestAck(Lenient):
+class IngestAck(Contract):
     stored: int  # points written (a (key, step) already there was replaced: last write wins)
     dropped: int = 0  # points refused (non-finite value, empty or overlong key)
 
 
-class MetricSeries(Lenient):
+class MetricSeries(Contract):
     key: str
     steps: list[int]
     values: list[float]
@@ -217,13 +225,13 @@ class MetricSeries(Lenient):
     downsampled: bool = False
 
 
-class MetricsView(Lenient):
+class MetricsView(Contract):
     run_id: str
     keys: list[str]  # every metric key the run has
     series: list[MetricSeries]
 
 
-class RunMetaView(Lenient):
+class RunMetaView(Contract):
     """Hyperparameters and metadata the job reported, and how far its metrics went."""
 
     run_id: str
@@ -233,35 +241,82 @@ class RunMetaView(Lenient):
     updated_at: datetime | None = None
 
 
-class RunProgress(Lenient):
+class RunProgress(Contract):
     run_id: str
     last_step: int | None = None
     updated_at: datetime | None = None
 
 
-class ProgressList(Lenient):
+class ProgressList(Contract):
     runs: list[RunProgress]
 
 
-class ArtifactEntry(Lenient):
+class ArtifactEntry(Contract):
     path: str  # relative to the run's output folder
     size: int
     modified: datetime
 
 
-class ArtifactList(Lenient):
+class ArtifactList(Contract):
     run_id: str
     root: str
     files: list[ArtifactEntry]
     truncated: bool = False
 
 
-# Server-Sent Events of ``GET /runs/{ref}/logs/stream``: ``id`` is ``<attempt>:<byte offset>``
-# after the event, so a client that reconnects with ``Last-Event-ID`` resumes exactly there.
-SSE_LOG = "log"  # data: {"attempt", "text"}
-SSE_ATTEMPT = "attempt"  # data: {"attempt"}: a new attempt's log starts
-SSE_STATUS = "status"  # data: {"status", "reason", "attempts"}
-SSE_END = "end"  # data: {"status", "end_reason", "exit_code"}: the run ended, all bytes sent
+# ---- Server-Sent Events of ``GET /runs/{ref}/logs/stream`` --------------------------------------
+# Each event's ``id`` is ``<attempt>:<byte offset>`` after it, so a client that reconnects with
+# ``Last-Event-ID`` resumes exactly there. Its ``data`` is the JSON of the model named below.
+
+SSE_LOG = "log"  # StreamLog
+SSE_ATTEMPT = "attempt"  # StreamAttempt: a new attempt's log starts
+SSE_STATUS = "status"  # StreamStatus
+SSE_END = "end"  # StreamEnd: the run ended, all bytes sent
+
+
+class StreamLog(Contract):
+    """Whole lines of an attempt's log (a line longer than one event is cut)."""
+
+    attempt: int
+    text: str
+
+
+class StreamAttempt(Contract):
+    """A retry or resume started a new attempt; its log follows from its beginning."""
+
+    attempt: int
+
+
+class StreamStatus(Contract):
+    """The run's status, sent first and again whenever it changes."""
+
+    status: JobStatus
+    reason: str = ""
+    attempts: int = 0  # attempts so far (0: the run has not started yet)
+
+
+class StreamEnd(Contract):
+    """The run is final and every byte of its last attempt was sent; the stream closes."""
+
+    status: JobStatus
+    end_reason: EndReason | None = None
+    exit_code: int | None = None
+
+
+StreamPayload = StreamLog | StreamAttempt | StreamStatus | StreamEnd
+STREAM_PAYLOADS: dict[str, type[StreamPayload]] = {
+    SSE_LOG: StreamLog,
+    SSE_ATTEMPT: StreamAttempt,
+    SSE_STATUS: StreamStatus,
+    SSE_END: StreamEnd,
+}
+
+
+def read_stream_event(event: str, data: str) -> StreamPayload | None:
+    """The typed payload of one log-stream event; None for an event this version does not know
+    (a newer server may send more kinds, which an older client skips)."""
+    model = STREAM_PAYLOADS.get(event)
+    return model.read(data) if model is not None else None
 
 
 # ---- resources: quotas, usage, cluster capacity ------------------------------------------------
@@ -271,7 +326,7 @@ Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
 ProfileName = Annotated[str, Field(min_length=1, max_length=128)]
 
 
-class Quota(Lenient):
+class Quota(Contract):
     """A user's limits: None lifts a limit; ``allowed_profiles`` None allows every profile."""
 
     max_gpus: int | None = Field(default=None, ge=0, le=MAX_COUNT)  # GPUs in use at once
@@ -281,7 +336,7 @@ class Quota(Lenient):
     priority: int = Field(default=0, ge=-MAX_PRIORITY, le=MAX_PRIORITY)  # higher goes first
 
 
-class QuotaUpdate(Strict):
+class QuotaUpdate(Contract):
     """``PUT /admin/quotas/{user}``: only the fields sent change; ``null`` lifts a limit.
 
     ``max_gpus_per_series`` merges into the current map (a ``null`` value removes that series'
@@ -296,14 +351,14 @@ class QuotaUpdate(Strict):
     priority: int | None = Field(default=None, ge=-MAX_PRIORITY, le=MAX_PRIORITY)
 
 
-class Usage(Lenient):
+class Usage(Contract):
     gpus: int = 0
     gpus_by_series: dict[str, int] = Field(default_factory=dict)
     runs: int = 0  # runs holding resources
     queued: int = 0
 
 
-class UserQuota(Lenient):
+class UserQuota(Contract):
     user: str
     role: str = "user"
     quota: Quota
@@ -311,11 +366,11 @@ class UserQuota(Lenient):
     usage: Usage = Field(default_factory=Usage)
 
 
-class QuotaList(Lenient):
+class QuotaList(Contract):
     users: list[UserQuota]
 
 
-class RunBrief(Lenient):
+class RunBrief(Contract):
     run_id: str
     experiment: str  # project/experiment
     status: JobStatus
@@ -331,7 +386,7 @@ class MyUsage(UserQuota):
     queued_runs: list[RunBrief] = Field(default_factory=list)
 
 
-class SeriesCapacity(Lenient):
+class SeriesCapacity(Contract):
     series: str
     nodes: int
     total: int
@@ -339,7 +394,7 @@ class SeriesCapacity(Lenient):
     free: int
 
 
-class NodeCapacity(Lenient):
+class NodeCapacity(Contract):
     name: str
     series: str
     gpus: int
@@ -348,7 +403,7 @@ class NodeCapacity(Lenient):
     runs: list[str] = Field(default_factory=list)
 
 
-class ClusterStatus(Lenient):
+class ClusterStatus(Contract):
     executor: str
     profiles: list[ProfileDef]
     series: list[SeriesCapacity]
@@ -358,11 +413,10 @@ class ClusterStatus(Lenient):
 
 
 # ---- the control plane's beacon: where runners find the server after it restarts ---------------
+# (the file: contract.layout.StorageLayout.beacon)
 
-CONTROL_PLANE_FILE = "control-plane.json"  # at the storage root, rewritten by each server start
 
-
-class ControlPlane(Lenient):
+class ControlPlane(Contract):
     """What a starting server publishes for runners (its URL changes with each start)."""
 
     url: str

@@ -15,14 +15,91 @@ from collections.abc import Callable
 from typing import Any
 
 import yaml
+from yaml.composer import Composer
+from yaml.events import AliasEvent
+from yaml.nodes import Node
 
 from starforge.contract.errors import ConfigError
 
-# libyaml's loader is several times faster than the pure-Python one (`sf ls` reads every
-# method declaration); both accept the same documents.
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# Every YAML document a user writes is read by this loader: libyaml's parser (several times faster
+# than the pure-Python one; `sf ls` reads every method declaration) feeding a composer that bounds
+# what a small file can cost. PyYAML's own composer follows aliases without limit ("billion
+# laughs": 3 KB that expand to 10^9 nodes once copied or merged) and libyaml's recurses in C until
+# the stack overflows on deep nesting.
+MAX_DEPTH = 100  # nesting levels; real configs use fewer than 20
+MAX_ALIAS_NODES = 10_000  # nodes that aliases may add to a document once expanded
+_BASE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 OVERRIDE = "_override_"
 DEFAULTS = "defaults"
+
+
+class YAMLLimitError(yaml.MarkedYAMLError):
+    """A document beyond :data:`MAX_DEPTH` or :data:`MAX_ALIAS_NODES` (or a recursive alias)."""
+
+
+class BoundedLoader(_BASE_LOADER):  # type: ignore[misc,valid-type]
+    """A safe loader whose composer counts nesting and what aliases expand to, refusing early.
+
+    Each composed node records its expanded size and height, so an alias is charged what it
+    would cost as a copy without being copied; the walk never goes deeper than MAX_DEPTH.
+    """
+
+    # libyaml's composer is C code that neither counts nor stops: compose with PyYAML's own
+    # (below), fed by libyaml's events.
+    get_single_node = Composer.get_single_node
+    check_node = Composer.check_node
+    get_node = Composer.get_node
+    compose_document = Composer.compose_document
+    compose_scalar_node = Composer.compose_scalar_node
+    compose_sequence_node = Composer.compose_sequence_node
+    compose_mapping_node = Composer.compose_mapping_node
+
+    def __init__(self, stream: str | bytes) -> None:
+        super().__init__(stream)
+        self.anchors: dict[str, Node] = {}
+        self._depth = 0
+        self._composed = 0  # nodes written in the file
+        self._expanded = 0  # nodes of the document once every alias is expanded
+        self._heights: list[int] = []  # the tallest child so far of each open node
+        self._cost: dict[int, tuple[int, int]] = {}  # id(node) -> (expanded size, height)
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node:
+        if self.check_event(AliasEvent):
+            return self._alias(parent, index)
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            raise self._limit(f"nesting deeper than {MAX_DEPTH} levels")
+        start = self._expanded
+        self._composed += 1
+        self._expanded += 1
+        self._heights.append(0)
+        node = Composer.compose_node(self, parent, index)
+        height = self._heights.pop() + 1
+        self._cost[id(node)] = (self._expanded - start, height)
+        if self._heights:
+            self._heights[-1] = max(self._heights[-1], height)
+        self._depth -= 1
+        return node
+
+    def _alias(self, parent: Node | None, index: Any) -> Node:
+        event = self.peek_event()
+        target = self.anchors.get(event.anchor)
+        if target is not None:  # an undefined alias is PyYAML's own error, below
+            cost = self._cost.get(id(target))
+            if cost is None:
+                raise self._limit(f"alias *{event.anchor} refers to a node that contains it")
+            size, height = cost
+            self._expanded += size
+            if self._expanded - self._composed > MAX_ALIAS_NODES:
+                raise self._limit(f"aliases expand to more than {MAX_ALIAS_NODES} extra nodes")
+            if self._depth + height > MAX_DEPTH:
+                raise self._limit(f"alias *{event.anchor} nests deeper than {MAX_DEPTH} levels")
+            if self._heights:
+                self._heights[-1] = max(self._heights[-1], height)
+        return Composer.compose_node(self, parent, index)
+
+    def _limit(self, problem: str) -> YAMLLimitError:
+        return YAMLLimitError(problem=problem, problem_mark=self.peek_event().start_mark)
 
 
 class _Missing:
@@ -34,8 +111,8 @@ MISSING: Any = _Missing()
 
 
 def load_yaml(text: str) -> Any:
-    """Parse YAML safely (raises yaml.YAMLError)."""
-    return yaml.load(text, Loader=_LOADER)
+    """Parse YAML safely and within bounds (raises yaml.YAMLError; YAMLLimitError past them)."""
+    return yaml.load(text, Loader=BoundedLoader)
 
 
 def parse_yaml(text: str, name: str) -> dict[str, Any]:
@@ -44,6 +121,11 @@ def parse_yaml(text: str, name: str) -> dict[str, Any]:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"{name}:{mark.line + 1}" if mark else name
+        if isinstance(exc, YAMLLimitError):
+            raise ConfigError(
+                f"{where}: YAML refused: {exc.problem}",
+                hint="write the values out instead of nesting aliases, and nest less deeply",
+            ) from None
         raise ConfigError(
             f"{where}: invalid YAML: {exc.problem}", hint="fix the file's syntax"
         ) from None
@@ -79,16 +161,32 @@ def strip_markers(value: Any) -> Any:
     return value
 
 
-def compose(path: str, read: Callable[[str], str | None]) -> dict[str, Any]:
-    """The composed config of ``path`` (a POSIX path; ``read`` returns None when missing)."""
-    return _compose(posixpath.normpath(path), read, [])
+def compose(
+    path: str, read: Callable[[str], str | None], *, missing_ok: bool = False
+) -> dict[str, Any]:
+    """The composed config of ``path`` (a POSIX path; ``read`` returns None when missing, and
+    may raise UnicodeDecodeError); ``missing_ok`` makes a missing ``path`` an empty config."""
+    path = posixpath.normpath(path)
+    if missing_ok and _read(read, path) is None:
+        return {}
+    return _compose(path, read, [])
+
+
+def _read(read: Callable[[str], str | None], path: str) -> str | None:
+    try:
+        return read(path)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte {exc.start} cannot be decoded)",
+            hint="save the file as UTF-8",
+        ) from None
 
 
 def _compose(path: str, read: Callable[[str], str | None], stack: list[str]) -> dict[str, Any]:
     if path in stack:
         chain = " -> ".join([*stack[stack.index(path) :], path])
         raise ConfigError(f"defaults cycle: {chain}", hint="remove one of the references")
-    text = read(path)
+    text = _read(read, path)
     if text is None:
         named_by = f" (named in defaults of {stack[-1]})" if stack else ""
         raise ConfigError(

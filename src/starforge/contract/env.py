@@ -10,17 +10,21 @@ or GPUs is overridden by these variables.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from starforge.contract.base import Contract
 from starforge.contract.jobspec import InputKind, InputRef, JobSpec
+from starforge.contract.layout import RunLayout
 from starforge.contract.profiles import Pool
 
 
-class Binding(BaseModel):
-    """Server-resolved facts about one node of one attempt of a run."""
+class Binding(Contract):
+    """Server-resolved facts about one node of one attempt of a run.
 
-    model_config = ConfigDict(extra="forbid")
+    Built strictly by the server; the runner (possibly an older image) reads it with
+    ``Binding.read``, which ignores fields it does not know."""
 
     run_id: str
     attempt: int = Field(ge=1)
@@ -88,6 +92,59 @@ KNOWN_KEYS: tuple[str, ...] = (
 )
 
 
+def make_binding(
+    *,
+    run_id: str,
+    attempt: int,
+    user: str,
+    storage_root: str,
+    run_dir: str,
+    log_path: str,
+    pools: list[Pool],
+    pool: str,
+    node_rank: int,
+    nnodes: int,
+    visible_devices: list[int],
+    master_port: int,
+    endpoint: str,
+    run_token: str,
+    hf_offline: bool,
+    resume_from: str = "",
+    master_addr: str = "127.0.0.1",
+) -> Binding:
+    """The binding of one node: the one maker, used by dispatch and by ``sf submit --dry-run``.
+
+    The node's shape and the profile's env come from its pool as admission recorded it, never
+    from the server's current settings.
+    """
+    by_name = {p.name: p for p in pools}
+    own = by_name[pool]
+    layout = RunLayout(Path(run_dir))
+    return Binding(
+        run_id=run_id,
+        attempt=attempt,
+        user=user,
+        storage_root=storage_root,
+        run_dir=run_dir,
+        work_dir=str(layout.work),
+        out_dir=str(layout.out),
+        log_path=log_path,
+        node_rank=node_rank,
+        nnodes=nnodes,
+        gpus_per_node=own.gpus_per_node,
+        visible_devices=list(visible_devices),
+        master_addr=master_addr,
+        master_port=master_port,
+        pools=pools,
+        pool=pool,
+        endpoint=endpoint,
+        run_token=run_token,
+        resume_from=resume_from,
+        hf_offline=hf_offline,
+        extra_env=dict(own.env),
+    )
+
+
 def input_location(ref: InputRef | None, work_dir: str) -> str:
     """Where an input is inside the job: hub ids as-is, package paths under the work dir."""
     if ref is None:
@@ -125,7 +182,9 @@ def job_env(spec: JobSpec, b: Binding) -> dict[str, str]:
         else "",
         "FORGE_RESUME_FROM": b.resume_from,
         "FORGE_POOL": b.pool,
-        "FORGE_POOL_TOPOLOGY": json.dumps([p.model_dump() for p in b.pools], sort_keys=True)
+        "FORGE_POOL_TOPOLOGY": json.dumps(
+            [p.model_dump(exclude={"env"}) for p in b.pools], sort_keys=True
+        )
         if len(b.pools) > 1
         else "",
         "FORGE_CLUSTER_NUM_NODES": str(b.nnodes),

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+# Every error class by its code, filled as the classes are defined (``__init_subclass__``).
+REGISTRY: dict[str, type[StarForgeError]] = {}
+
 
 class StarForgeError(Exception):
     """Base of every error StarForge raises on purpose."""
@@ -19,6 +22,19 @@ class StarForgeError(Exception):
     code: ClassVar[str] = "error"
     http_status: ClassVar[int] = 500
     exit_code: ClassVar[int] = 1
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Register every class that names its own code; a code already taken is a bug."""
+        super().__init_subclass__(**kwargs)
+        if "code" not in cls.__dict__:
+            return  # inherits its parent's code and travels as its parent on the wire
+        taken = REGISTRY.get(cls.code)
+        if taken is not None:
+            raise TypeError(
+                f"error code {cls.code!r} of {cls.__qualname__} is already taken by "
+                f"{taken.__module__}.{taken.__qualname__}; codes are never reused"
+            )
+        REGISTRY[cls.code] = cls
 
     def __init__(
         self, message: str, *, hint: str | None = None, details: dict[str, Any] | None = None
@@ -76,6 +92,12 @@ class ParamError(UsageError):
 
 class ImageError(UsageError):
     code = "usage.image"
+
+
+class MissingEntrypoint(UsageError):
+    """The method runs a file of the experiment that the package does not hold."""
+
+    code = "usage.missing_entrypoint"
 
 
 class BatchValidation(UsageError):
@@ -256,17 +278,7 @@ class RunnerError(StarForgeError):
     code = "runner.failed"
 
 
-def _all_subclasses(cls: type[StarForgeError]) -> list[type[StarForgeError]]:
-    found: list[type[StarForgeError]] = []
-    for sub in cls.__subclasses__():
-        found.append(sub)
-        found.extend(_all_subclasses(sub))
-    return found
-
-
-REGISTRY: dict[str, type[StarForgeError]] = {
-    c.code: c for c in [StarForgeError, *_all_subclasses(StarForgeError)]
-}
+REGISTRY[StarForgeError.code] = StarForgeError
 
 
 def from_wire(payload: dict[str, Any], *, status: int = 500) -> StarForgeError:

@@ -1,20 +1,24 @@
 """JobSpec: what one submission is, and the package manifest that travels with it.
 
-A JobSpec is written by the client and validated again by the server; nothing in it is a path of
-the researcher's machine. Files travel as content-addressed blobs listed in a :class:`Manifest`
-(lab-relative POSIX paths), so resubmitting an unchanged experiment uploads nothing.
+A JobSpec is built by the client and parsed strictly again by the server; the runner reads it from
+``run.json`` leniently (``JobSpec.read``), so an older runner image accepts fields a newer server
+added. Nothing in it is a path of the researcher's machine. Files travel as content-addressed
+blobs listed in a :class:`Manifest` (lab-relative POSIX paths), so resubmitting an unchanged
+experiment uploads nothing.
 """
 
 from __future__ import annotations
 
 import math
+import posixpath
 import re
 from enum import StrEnum
 from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
+from starforge.contract.base import Contract
 from starforge.contract.names import SAFE_SEGMENT, is_sha256
 
 API_VERSION = "starforge/v1"
@@ -29,10 +33,6 @@ def _small_numbers(value: str) -> str:
 
 # One ``--profile`` argument (``h200:8``, ``trainer=h200:8``): short, so a number in it stays small.
 ProfileArg = Annotated[str, Field(min_length=1, max_length=128), AfterValidator(_small_numbers)]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 # Bounds of a manifest: what a file system everywhere accepts, and what one package may hold.
@@ -90,11 +90,14 @@ def check_tree(paths: list[str]) -> None:
                 raise ValueError(f"{parent!r} is a file and also the folder of {path!r}")
 
 
-class FileEntry(Strict):
+class FileEntry(Contract):
     path: str
     sha256: str
     size: int = Field(ge=0, le=MAX_FILE_BYTES)
     executable: bool = False
+    # A symlink that points inside the package travels as a link: its target, relative to the
+    # link's folder (sha256 and size are the target's). Absent from the wire for plain files.
+    symlink: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @field_validator("path")
     @classmethod
@@ -108,8 +111,23 @@ class FileEntry(Strict):
             raise ValueError("sha256 must be 64 lowercase hex characters")
         return v
 
+    @model_validator(mode="after")
+    def _link_stays_inside(self) -> FileEntry:
+        if self.symlink is not None:
+            if not self.symlink or self.symlink.startswith("/") or "\\" in self.symlink:
+                raise ValueError(f"symlink {self.symlink!r} must be a relative path")
+            check_relpath(self.link_target or "")
+        return self
 
-class Manifest(Strict):
+    @property
+    def link_target(self) -> str | None:
+        """The package path a symlink entry points at (None for a plain file)."""
+        if self.symlink is None:
+            return None
+        return posixpath.normpath(posixpath.join(posixpath.dirname(self.path), self.symlink))
+
+
+class Manifest(Contract):
     files: list[FileEntry] = Field(default_factory=list, max_length=MAX_FILES)
 
     @model_validator(mode="after")
@@ -131,7 +149,7 @@ class InputKind(StrEnum):
     SHARED = "shared"  # an absolute path on the shared storage, used in place
 
 
-class InputRef(Strict):
+class InputRef(Contract):
     kind: InputKind
     value: str = Field(max_length=4096)
 
@@ -143,14 +161,14 @@ class InputRef(Strict):
         return v
 
 
-class ParamBinding(Strict):
+class ParamBinding(Contract):
     """A parameter an experiment binds: its config path and type when the lock was written."""
 
     path: str
     type: str
 
 
-class MethodRef(Strict):
+class MethodRef(Contract):
     """Which method declaration a run was made with (what the experiment's lock records)."""
 
     id: str
@@ -161,20 +179,20 @@ class MethodRef(Strict):
     bindings: dict[str, ParamBinding] = Field(default_factory=dict)
 
 
-class Provenance(Strict):
+class Provenance(Contract):
     git_commit: str
     git_dirty: bool = False
     untracked: list[str] = Field(default_factory=list)
     client_version: str
 
 
-class Inputs(Strict):
+class Inputs(Contract):
     model: InputRef | None = None
     train_data: InputRef | None = None
     validation_data: InputRef | None = None
 
 
-class JobSpec(Strict):
+class JobSpec(Contract):
     api_version: Literal["starforge/v1"] = API_VERSION
     project: str
     experiment: str

@@ -15,8 +15,9 @@ import re
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import model_validator
 
+from starforge.contract.base import Contract
 from starforge.contract.config import MISSING, get_path, set_path
 from starforge.contract.errors import ParamError, UsageError
 
@@ -33,10 +34,8 @@ class ParamType(StrEnum):
     ENUM = "enum"
 
 
-class Param(BaseModel):
+class Param(Contract):
     """One typed hyperparameter of a method."""
-
-    model_config = ConfigDict(extra="forbid")
 
     type: ParamType
     path: str | None = None  # dot-path in the experiment's config; None: read by the entrypoint

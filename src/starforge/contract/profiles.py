@@ -8,16 +8,21 @@ Grammar of one argument: ``[ROLE[,ROLE...]=]NAME[:TOTAL_GPUS]``.
 * ``train=h200:8 --profile rollout=h100:2`` -> named pools (a heterogeneous multi-pool job).
 
 :func:`parse_profile_arg` checks only the syntax (no registry needed, runs on the laptop);
-:func:`resolve` turns parsed requests into :class:`Pool` objects with a registry. Every error names
+:func:`resolve` turns parsed requests into :class:`Pool` objects with a registry, once per
+submission on each side (the CLI for its checks and ``--dry-run``, admission for the run's record);
+a run's pools, with the profile's env as it was at admission, are then read back, never resolved
+again. Every error names
 the rule that was broken and lists what is valid.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from starforge.contract.base import Contract
 from starforge.contract.errors import ProfileError
 
 _ARG = re.compile(
@@ -27,10 +32,8 @@ _ARG = re.compile(
 FORMAT = "[ROLE[,ROLE]=]NAME[:TOTAL_GPUS], e.g. h200, h200:4, h200:16, train=h200:8"
 
 
-class ProfileDef(BaseModel):
+class ProfileDef(Contract):
     """One entry of the server's profile registry."""
-
-    model_config = ConfigDict(extra="forbid")
 
     name: str
     series: str
@@ -40,10 +43,10 @@ class ProfileDef(BaseModel):
     label: str = ""
 
 
-class ProfileRequest(BaseModel):
+class ProfileRequest(Contract):
     """One parsed ``--profile`` argument."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     raw: str
     roles: tuple[str, ...] = ()
@@ -51,10 +54,8 @@ class ProfileRequest(BaseModel):
     total_gpus: int | None = None
 
 
-class Pool(BaseModel):
+class Pool(Contract):
     """A set of identical nodes a run gets all at once."""
-
-    model_config = ConfigDict(extra="forbid")
 
     name: str
     profile: str
@@ -62,6 +63,9 @@ class Pool(BaseModel):
     nodes: int = Field(ge=1)
     gpus_per_node: int = Field(ge=1)
     roles: list[str] = Field(default_factory=list)
+    # The profile's env as it was at admission: editing the server's settings later never
+    # changes a run that is already queued.
+    env: dict[str, str] = Field(default_factory=dict)
 
     @property
     def total_gpus(self) -> int:
@@ -136,10 +140,35 @@ def _shape(req: ProfileRequest, prof: ProfileDef) -> tuple[int, int]:
     return req.total_gpus // gpn, gpn
 
 
+def check_roles(requests: Sequence[ProfileRequest], method_roles: Sequence[str]) -> None:
+    """Named pools carry exactly the method's roles: none unknown, none left out."""
+    if not any(r.roles for r in requests):
+        return  # one unnamed pool carries every role
+    roles = list(method_roles) or ["trainer"]
+    carried = [role for r in requests for role in r.roles]
+    unknown = sorted(set(carried) - set(roles))
+    if unknown:
+        raise ProfileError(
+            f"--profile names roles the method does not have: {', '.join(unknown)}",
+            hint=f"the method's roles: {', '.join(roles)}",
+        )
+    missing = [r for r in roles if r not in carried]
+    if missing:
+        raise ProfileError(
+            f"every role of the method must land on a pool; missing: {', '.join(missing)}",
+            hint=f"the method's roles: {', '.join(roles)}",
+        )
+
+
 def resolve(
-    requests: list[ProfileRequest], registry: list[ProfileDef], method_roles: list[str]
+    requests: Sequence[ProfileRequest],
+    registry: Sequence[ProfileDef],
+    method_roles: Sequence[str],
 ) -> list[Pool]:
-    """Materialise parsed requests into pools. Every method role lands on exactly one pool."""
+    """Materialise parsed requests into pools (the profile's env snapshotted into each).
+
+    Every method role lands on exactly one pool.
+    """
     by_name = {p.name: p for p in registry}
     roles = list(method_roles) or ["trainer"]
     pools: list[Pool] = []
@@ -163,21 +192,8 @@ def resolve(
                 nodes=nodes,
                 gpus_per_node=gpn,
                 roles=pool_roles,
+                env=dict(prof.env),
             )
         )
-    if any(r.roles for r in requests):
-        declared = set(roles)
-        carried = [role for pool in pools for role in pool.roles]
-        unknown = sorted(set(carried) - declared)
-        if unknown:
-            raise ProfileError(
-                f"--profile names roles the method does not have: {', '.join(unknown)}",
-                hint=f"the method's roles: {', '.join(roles)}",
-            )
-        missing = [r for r in roles if r not in carried]
-        if missing:
-            raise ProfileError(
-                f"every role of the method must land on a pool; missing: {', '.join(missing)}",
-                hint=f"the method's roles: {', '.join(roles)}",
-            )
+    check_roles(requests, method_roles)
     return pools

@@ -9,6 +9,10 @@ attempt of the same run). ``paused`` is not terminal: it holds no resources and 
 Why a run ended (:class:`EndReason`) is kept apart from its status: ``failed`` says the run did not
 finish, the end reason says whether the training crashed (``exit_nonzero``), the platform lost it
 (``node_lost``) or it never started (``startup_failed``). Auto-retry policies choose by reason.
+
+Each node of an attempt has its own small state machine (:class:`NodeState`, moved by a
+:class:`NodeEvent` as :data:`NODE_TRANSITIONS` says); the run's status is derived from the nodes'
+records when they all ended or one failed (``server/services/lifecycle.decide``).
 """
 
 from __future__ import annotations
@@ -73,3 +77,78 @@ TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
 
 def can_transition(src: JobStatus, dst: JobStatus) -> bool:
     return dst in TRANSITIONS[src]
+
+
+# ---- node states: one record per node of an attempt --------------------------------------------
+
+
+class NodeState(StrEnum):
+    PENDING = "pending"  # placed; its runner is not started yet (or the start was not recorded)
+    STARTED = "started"  # the executor started its runner; its reference is recorded
+    STARTING = "starting"  # its runner unpacks the package and prepares the environment
+    RUNNING = "running"  # the method's entrypoint executes on this node
+    EXITED = "exited"  # it ended: an exit code is recorded, or it was lost (final)
+
+
+class NodeEvent(StrEnum):
+    # Reported by the node's runner (a lifecycle event, or its exit record).
+    STARTING = "starting"  # the runner began preparing
+    RUNNING = "running"  # the entrypoint started
+    HEARTBEAT = "heartbeat"  # the runner is alive; changes no state
+    EXITED = "exited"  # the entrypoint (or the runner) ended with an exit code
+    # Decided by the platform.
+    STARTED = "started"  # the executor started the runner; its reference is recorded
+    ADOPTED = "adopted"  # a runner started by a server that died is found and recorded
+    LOST = "lost"  # the runner vanished or fell silent without reporting an exit
+    STARTUP_FAILED = "startup_failed"  # the executor could not start the runner
+
+
+N, NE = NodeState, NodeEvent
+# What each event does to a node in each state; an event missing from a row is rejected (a
+# duplicate, a stale report, a node that already exited) and changes nothing. A node's runner
+# may report before the platform records the start (the start and its record are not atomic),
+# so `started` and `adopted` record the reference without moving a node that is already further.
+NODE_TRANSITIONS: dict[NodeState, dict[NodeEvent, NodeState]] = {
+    N.PENDING: {
+        NE.STARTED: N.STARTED,
+        NE.ADOPTED: N.STARTED,
+        NE.STARTING: N.STARTING,
+        NE.RUNNING: N.RUNNING,
+        NE.HEARTBEAT: N.PENDING,
+        NE.EXITED: N.EXITED,
+        NE.LOST: N.EXITED,
+        NE.STARTUP_FAILED: N.EXITED,
+    },
+    N.STARTED: {
+        NE.STARTING: N.STARTING,
+        NE.RUNNING: N.RUNNING,
+        NE.HEARTBEAT: N.STARTED,
+        NE.EXITED: N.EXITED,
+        NE.LOST: N.EXITED,
+    },
+    N.STARTING: {
+        NE.STARTED: N.STARTING,
+        NE.ADOPTED: N.STARTING,
+        NE.STARTING: N.STARTING,
+        NE.RUNNING: N.RUNNING,
+        NE.HEARTBEAT: N.STARTING,
+        NE.EXITED: N.EXITED,
+        NE.LOST: N.EXITED,
+    },
+    N.RUNNING: {
+        NE.STARTED: N.RUNNING,
+        NE.ADOPTED: N.RUNNING,
+        NE.STARTING: N.RUNNING,  # a late `starting` never moves a node back
+        NE.RUNNING: N.RUNNING,
+        NE.HEARTBEAT: N.RUNNING,
+        NE.EXITED: N.EXITED,
+        NE.LOST: N.EXITED,
+    },
+    # Final: only the reference of a runner that ended before its start was recorded is kept.
+    N.EXITED: {NE.STARTED: N.EXITED},
+}
+
+
+def next_node_state(state: NodeState, event: NodeEvent) -> NodeState | None:
+    """The state ``event`` moves a node in ``state`` to, or None when the table rejects it."""
+    return NODE_TRANSITIONS[state].get(event)

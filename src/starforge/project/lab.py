@@ -6,6 +6,7 @@ name, and scaffolding a new lab with ``sf init``. Scaffolding never overwrites a
 
 from __future__ import annotations
 
+import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,8 +15,8 @@ import yaml
 
 from starforge import __version__
 from starforge.contract.config import load_yaml
-from starforge.contract.errors import GitError, LabExists, NotInLab, ProjectError
-from starforge.contract.names import check_name
+from starforge.contract.errors import GitError, InvalidName, LabExists, NotInLab, ProjectError
+from starforge.contract.names import SAFE_SEGMENT, check_name
 
 MARKER = "starforge.yaml"
 LAB_DIRS = ("experiments", "configs", "common")
@@ -83,10 +84,36 @@ def _git(root: Path, *args: str) -> None:
         raise GitError(f"git {' '.join(args)} failed: {result.stderr.strip()}")
 
 
+def project_name_for(folder: str) -> str:
+    """A valid project name from a folder's name: ``my lab`` becomes ``my-lab``.
+
+    Runs of characters a name may not hold become one ``-``; a name that stays invalid (nothing
+    but such characters) is refused with a hint to pass ``--name``.
+    """
+    if SAFE_SEGMENT.match(folder) and folder not in {".", ".."}:
+        return folder
+    derived = re.sub(r"[^A-Za-z0-9._-]+", "-", folder).strip("-._")[:100].rstrip("-._")
+    return _checked(derived or folder, f"cannot name the project after the folder {folder!r}")
+
+
+def _checked(name: str, why: str | None = None) -> str:
+    try:
+        return check_name("project", name)
+    except InvalidName as err:
+        raise InvalidName(
+            why or err.message,
+            hint=f"give one with --name, e.g. --name my-lab; {err.hint}",
+            details=err.details,
+        ) from None
+
+
 def init_lab(directory: Path, name: str | None = None) -> Lab:
-    """Scaffold a lab in ``directory``: marker, folders, .gitignore, git repo, first commit."""
+    """Scaffold a lab in ``directory``: marker, folders, .gitignore, git repo, first commit.
+
+    Without ``name`` the project is named after the folder, made valid (:func:`project_name_for`).
+    """
     directory = directory.resolve()
-    project = check_name("project", name or directory.name)
+    project = _checked(name) if name is not None else project_name_for(directory.name)
     if (directory / MARKER).exists():
         raise LabExists(
             f"{directory} is already a lab ({MARKER} exists)",

@@ -3,32 +3,29 @@
 A package is the experiment's folder plus ``common/`` and ``configs/`` from git's own file list,
 plus the files of inputs given as lab-relative paths (``--model models/tiny``), whether or not git
 tracks them. Every file is named by its sha256, so the server stores each content once and an
-unchanged resubmission uploads nothing. A sensitive file name anywhere in the package refuses the
-whole package (``--allow-dirty`` does not lift this).
+unchanged resubmission uploads nothing. The sensitive-file policy
+(:mod:`starforge.contract.sensitive`: names and content) is applied to every file, tracked or not,
+and one offender refuses the whole package (``--allow-dirty`` does not lift this). Symlinks are
+never followed out of the lab: a link travels (as a link) only when it resolves to a file that
+travels too.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import posixpath
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from starforge.contract.errors import InputNotFound, SensitiveFiles, UsageError
+from starforge.contract import sensitive
+from starforge.contract.errors import InputNotFound, UsageError
 from starforge.contract.jobspec import FileEntry, InputKind, InputRef, Manifest
-from starforge.contract.packaging import is_sensitive
+from starforge.contract.sensitive import Finding
 
 SHARED_DIRS = ("common", "configs")
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
 _CHUNK = 1 << 20
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 @dataclass
@@ -92,31 +89,84 @@ def check_data_format(flag: str, value: str) -> None:
         )
 
 
-def refuse_sensitive(paths: list[str]) -> None:
-    offenders = sorted(p for p in paths if is_sensitive(p))
-    if offenders:
-        raise SensitiveFiles(
-            f"refusing to package {len(offenders)} secret-looking file(s): {', '.join(offenders)}",
-            hint="secrets must not travel in a job package: move them out of the lab or rename "
-            "them, and add them to .gitignore (--allow-dirty does not lift this)",
-            details={"files": offenders},
-        )
-
-
 def build_manifest(root: Path, paths: list[str]) -> Manifest:
-    """Hash every file (lab-relative paths) into a manifest, refusing secret-looking names."""
+    """Hash every file (lab-relative paths) into a manifest; refuse the whole package, naming
+    every offender and why, when any file is sensitive (by name or content) or is a link that
+    leaves the package. Links inside the package travel as links."""
     unique = sorted(set(paths))
-    refuse_sensitive(unique)
-    entries = []
+    packed = set(unique)
+    real_root = Path(os.path.realpath(root))
+    entries: list[FileEntry] = []
+    findings: dict[str, Finding] = {}
     for rel in unique:
-        path = root / rel
-        st = path.stat()
-        entries.append(
-            FileEntry(
-                path=rel,
-                sha256=sha256_file(path),
-                size=st.st_size,
-                executable=bool(st.st_mode & 0o111),
-            )
-        )
+        got = _pack_one(root, real_root, rel, packed)
+        if isinstance(got, Finding):
+            findings[rel] = got
+        else:
+            entries.append(got)
+    links = any(f.rule.startswith("link.") for f in findings.values())
+    sensitive.refuse(
+        findings,
+        extra_hint="; replace a link that leaves the package with the file itself" if links else "",
+    )
     return Manifest(files=entries)
+
+
+def _pack_one(root: Path, real_root: Path, rel: str, packed: set[str]) -> FileEntry | Finding:
+    """One file's entry, or why it may not travel. A link is never followed out of the lab."""
+    found = sensitive.check_path(rel)
+    if found is not None:
+        return found
+    path = root / rel
+    link: str | None = None
+    if path.is_symlink():
+        target = _link_target(path, real_root, packed)
+        if isinstance(target, Finding):
+            return target
+        link = posixpath.relpath(target, posixpath.dirname(rel) or ".")
+    elif path.is_dir():
+        return Finding("file.directory", "a directory, not a file (a git submodule?)")
+    elif not path.is_file():
+        return Finding("file.special", "not a regular file")
+    digest, size, head = _hash(path)
+    found = sensitive.check_content(head)
+    if found is not None:
+        return found
+    return FileEntry(
+        path=rel,
+        sha256=digest,
+        size=size,
+        executable=bool(path.stat().st_mode & 0o111),
+        symlink=link,
+    )
+
+
+def _link_target(path: Path, real_root: Path, packed: set[str]) -> str | Finding:
+    """The lab-relative file a link resolves to, when that file travels in the package too."""
+    real = Path(os.path.realpath(path))
+    try:
+        target = real.relative_to(real_root).as_posix()
+    except ValueError:
+        return Finding("link.outside", "a symlink that leads out of the lab")
+    if real.is_dir():
+        return Finding(
+            "link.directory",
+            f"a symlink to the folder {target}/: packages carry files and links to files only",
+        )
+    if target not in packed:
+        return Finding("link.unpacked", f"a symlink to {target}, which is not in the package")
+    return sensitive.check_path(target) or target
+
+
+def _hash(path: Path) -> tuple[str, int, bytes]:
+    """sha256, size and the first bytes (for the content check) in one read."""
+    digest = hashlib.sha256()
+    head = b""
+    size = 0
+    with path.open("rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            if len(head) < sensitive.HEAD_BYTES:
+                head += chunk[: sensitive.HEAD_BYTES - len(head)]
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size, head

@@ -13,7 +13,8 @@ from typing import Any
 
 from transformers import TrainerCallback as _HFCallback
 
-import starforge.report as report
+from starforge.report.run import Run
+from starforge.report.session import current, init
 
 SUMMARY_KEYS = frozenset(
     {
@@ -29,11 +30,11 @@ SUMMARY_KEYS = frozenset(
 class TrainerCallback(_HFCallback):
     """Send the trainer's logs to ``starforge.report`` (a no-op outside a StarForge job)."""
 
-    def __init__(self, run: report.Run | None = None) -> None:
+    def __init__(self, run: Run | None = None) -> None:
         self._run = run
 
-    def _session(self) -> report.Run:
-        return self._run or report.current() or report.init()
+    def _session(self) -> Run:
+        return self._run or current() or init()
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if not state.is_world_process_zero:

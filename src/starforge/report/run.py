@@ -3,7 +3,9 @@
 A :class:`Run` reads the job environment the platform sets (``STARFORGE_ENABLED``,
 ``STARFORGE_ENDPOINT``, ``STARFORGE_RUN_ID``, ``STARFORGE_TOKEN``, ``FORGE_ATTEMPT``,
 ``FORGE_OUT_DIR``). Without a token (a script run by hand, a test) it is inactive and every call
-returns at once: no thread, no file, no message. Active, it starts a :class:`Sender` thread.
+returns at once: no thread, no file, no message. Active, it starts the platform's one background
+sender (:class:`starforge.client.sender.Sender`) with a :class:`MetricPacker`, spooling under
+the run's ``out`` dir (``RunLayout.report_spool``).
 
 ``log`` never raises and never blocks on the network: it flattens, filters and appends to the
 sender's queue. ``step=None`` means the step after the previous call's (0 first); an explicit step
@@ -14,7 +16,6 @@ also sets where the counter goes on. Only the process that created the run repor
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socket
 import sys
@@ -27,13 +28,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pydantic_core
+
 from starforge import __version__
-from starforge.report.sender import Sender, Spool, Stats
+from starforge.client.sender import Sender, Spool, Stats, read_beacon
+from starforge.contract.layout import REPORT_SPOOL
+from starforge.report.batch import MetricPacker
 from starforge.report.values import Counts, flatten_metrics, flatten_params
 
-SPOOL_SUBDIR = ".starforge/report-spool"
-# What every start of the control plane writes at the storage root: {"url": ..., ...}.
-BEACON = "control-plane.json"
 _runs: weakref.WeakSet[Run] = weakref.WeakSet()
 
 
@@ -65,7 +67,8 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
         out_dir = env.get("FORGE_OUT_DIR", "")
-        spool = env.get("STARFORGE_SPOOL_DIR") or (f"{out_dir}/{SPOOL_SUBDIR}" if out_dir else "")
+        # RunLayout.report_spool, found from the job's out dir (the run dir is not in the env).
+        spool = env.get("STARFORGE_SPOOL_DIR") or (f"{out_dir}/{REPORT_SPOOL}" if out_dir else "")
         try:
             attempt = max(int(env.get("FORGE_ATTEMPT", "1") or 1), 1)
         except ValueError:
@@ -110,13 +113,13 @@ class Run:
         if self.active:
             self.sender = Sender(
                 self._client_factory,
-                settings.run_id,
-                settings.attempt,
+                self._post,
+                packer=MetricPacker(settings.attempt, batch_points),
                 spool=Spool(settings.spool_dir) if settings.spool_dir else None,
                 flush_interval_s=flush_interval_s,
-                batch_points=batch_points,
                 max_memory_points=max_memory_points,
                 relocate=self._relocate,
+                name="starforge-report",
             )
             self.sender.start()
             self._put = self.sender.put
@@ -127,18 +130,17 @@ class Run:
 
         return Client(self.endpoint, run_token=self.settings.token, timeout=10.0)
 
+    def _post(self, client: Any, body: dict[str, Any]) -> None:
+        # Serialised by pydantic-core from plain data (the server validates it): the GIL the
+        # sender thread holds is time the training loop waits.
+        client.ingest(self.settings.run_id, pydantic_core.to_json(body, fallback=str))
+
     def _relocate(self) -> bool:
         """Follow the control plane's beacon: True when it now lives at another address."""
-        if not self.settings.storage_root:
+        beacon = read_beacon(self.settings.storage_root)
+        if beacon is None or not beacon.url or beacon.url == self.endpoint:
             return False
-        try:
-            beacon = json.loads((Path(self.settings.storage_root) / BEACON).read_text())
-            url = str(beacon.get("url") or "")
-        except (OSError, ValueError, AttributeError):
-            return False
-        if not url or url == self.endpoint:
-            return False
-        self.endpoint = url
+        self.endpoint = beacon.url
         return True
 
     @property

@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from starforge.catalog.adapters import CompileContext, LaunchPlan, compile_plan
 from starforge.catalog.adapters.base import run_config
@@ -29,10 +29,11 @@ from starforge.catalog.loader import get_method
 from starforge.contract.env import Binding, job_env
 from starforge.contract.errors import RunnerError, StarForgeError
 from starforge.contract.jobspec import JobSpec, Manifest
+from starforge.contract.layout import UNPACKED_MARKER, RunLayout
 from starforge.contract.states import EndReason
 from starforge.runner.preflight import check_packages
 from starforge.runner.report import Reporter, write_exit_record, write_runner_record
-from starforge.runner.unpack import MARKER, manifest_digest, unpack
+from starforge.runner.unpack import manifest_digest, unpack
 
 SIGTERM_EXIT = 128 + signal.SIGTERM
 FENCE_GRACE_S = 30.0
@@ -69,8 +70,11 @@ class Runner:
             timer.start()
 
     def _load(self) -> tuple[JobSpec, Manifest]:
-        data = json.loads((Path(self.binding.run_dir) / "state" / "run.json").read_text())
-        return JobSpec.model_validate(data["spec"]), Manifest.model_validate(data["manifest"])
+        data = json.loads(RunLayout(Path(self.binding.run_dir)).run_json.read_text())
+        # Admission composed the config once; a run.json without one (an older server) is
+        # composed here from the package. Read leniently: run.json may come from a newer server.
+        self.config: dict[str, Any] | None = data.get("config")
+        return JobSpec.read(data["spec"]), Manifest.read(data["manifest"])
 
     def _prepare_work_dir(self, manifest: Manifest) -> None:
         work = Path(self.binding.work_dir)
@@ -84,7 +88,7 @@ class Runner:
         want = manifest_digest(manifest)
         deadline = time.monotonic() + _PEER_UNPACK_WAIT_S
         while time.monotonic() < deadline:
-            marker = work / MARKER
+            marker = work / UNPACKED_MARKER
             if marker.is_file() and json.loads(marker.read_text()).get("manifest") == want:
                 return
             time.sleep(0.2)
@@ -107,7 +111,11 @@ class Runner:
         env = {**self._base_env(), **job_env(spec, b)}
         plan = compile_plan(
             CompileContext(
-                spec=spec, method=method, binding=b, env=env, config=run_config(spec, method, read)
+                spec=spec,
+                method=method,
+                binding=b,
+                env=env,
+                config=self.config if self.config is not None else run_config(spec, method, read),
             )
         )
         for path, content in plan.files.items():
@@ -168,7 +176,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m starforge.runner BINDING_JSON", file=sys.stderr)
         return 2
-    binding = Binding.model_validate_json(Path(argv[0]).read_text())
+    binding = Binding.read(Path(argv[0]).read_bytes())  # lenient: the server may be newer
     write_runner_record(binding)  # first: a server that never recorded this start adopts it
     Path(binding.log_path).parent.mkdir(parents=True, exist_ok=True)
     with open(binding.log_path, "ab", buffering=0) as log:

@@ -24,11 +24,11 @@ from pathlib import Path
 import uvicorn
 
 from starforge import __version__
+from starforge.contract.atomic import write_json_atomic
 from starforge.server.app import create_app
 from starforge.server.db.models import utcnow
 from starforge.server.executors.local import pid_alive
 from starforge.server.settings import Settings, load_settings
-from starforge.server.storage import write_json_atomic
 
 log = logging.getLogger("starforge.server")
 SHUTDOWN_GRACE_S = 5

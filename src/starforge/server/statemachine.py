@@ -1,4 +1,4 @@
-"""The only writer of ``runs.status``.
+"""The only writer of ``runs.status`` and of each node's state (``attempts.nodes``).
 
 Every status change goes through :func:`transition` (or :func:`admit` for a new run), which checks
 the table in :mod:`starforge.contract.states`, stamps the run's timestamps and appends one row to
@@ -7,6 +7,12 @@ the table in :mod:`starforge.contract.states`, stamps the run's timestamps and a
 Timestamps: ``started_at`` is the first time the run reached ``running``; ``ended_at`` is set when
 it reaches a terminal status and cleared when ``retry`` sends it back to the queue (together with
 ``end_reason`` and ``exit_code``, which describe only the latest ending).
+
+A node's record changes only through :func:`node_event`, which consults
+:data:`~starforge.contract.states.NODE_TRANSITIONS`: an event the table rejects changes nothing
+and returns None (runner reports are retried and may arrive twice or late; callers answer them
+``accepted=False``). The record is replaced under its rank, which the attempt's mutable JSON
+column notices, so the change is saved with the caller's transaction.
 """
 
 from __future__ import annotations
@@ -14,8 +20,16 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from starforge.contract.errors import InvalidTransition
-from starforge.contract.states import EndReason, JobStatus, can_transition
-from starforge.server.db.models import Event, Run, utcnow
+from starforge.contract.nodes import NodeRecord
+from starforge.contract.states import (
+    EndReason,
+    JobStatus,
+    NodeEvent,
+    NodeState,
+    can_transition,
+    next_node_state,
+)
+from starforge.server.db.models import Attempt, Event, Run, utcnow
 
 
 def admit(session: Session, run: Run, *, reason: str, actor: str) -> None:
@@ -64,3 +78,56 @@ def transition(
     session.add(
         Event(run_id=run.id, at=now, src=src.value, dst=dst.value, reason=reason, actor=actor)
     )
+
+
+def place_nodes(attempt: Attempt, nodes: dict[int, NodeRecord]) -> None:
+    """Give a new attempt its nodes' first records (each ``pending``)."""
+    if attempt.nodes:
+        raise InvalidTransition(f"attempt {attempt.number} already has nodes")
+    if any(r.state is not NodeState.PENDING for r in nodes.values()):
+        raise InvalidTransition("a placed node starts pending")
+    attempt.nodes = {str(rank): r.model_dump(mode="json") for rank, r in sorted(nodes.items())}
+
+
+def node_event(
+    attempt: Attempt,
+    rank: int,
+    event: NodeEvent,
+    *,
+    ref: str | None = None,
+    exit_code: int | None = None,
+    end_reason: EndReason | None = None,
+    why: str = "",
+    beat: float | None = None,
+) -> NodeRecord | None:
+    """Apply ``event`` to node ``rank`` of ``attempt``; its new record, or None when the table
+    rejects the event (or the node does not exist), leaving the record untouched.
+
+    ``started``/``adopted`` record ``ref``; ``exited`` records ``exit_code`` and ``end_reason``;
+    ``lost`` and ``startup_failed`` mark the node lost with ``end_reason`` and ``why``; ``beat``
+    (any runner report proves the runner alive) is stamped on any accepted event."""
+    raw = (attempt.nodes or {}).get(str(rank))
+    if raw is None:
+        return None
+    record = NodeRecord.model_validate(raw)
+    dst = next_node_state(record.state, event)
+    if dst is None:
+        return None
+    update: dict[str, object] = {"state": dst}
+    if event in (NodeEvent.STARTED, NodeEvent.ADOPTED):
+        update["ref"] = ref
+    elif event is NodeEvent.EXITED:
+        update.update(exit_code=exit_code, end_reason=end_reason, lost=False)
+    elif event in (NodeEvent.LOST, NodeEvent.STARTUP_FAILED):
+        if event is NodeEvent.STARTUP_FAILED:
+            end_reason = EndReason.STARTUP_FAILED
+        update.update(exit_code=None, end_reason=end_reason, lost=True, why=why)
+    if beat is not None:
+        update["beat"] = beat
+    new = record.model_copy(update=update)
+    attempt.nodes[str(rank)] = new.model_dump(mode="json")
+    if event in (NodeEvent.STARTED, NodeEvent.ADOPTED):
+        # The attempt's reference names every started node's runner, in rank order.
+        refs = [r.ref for r in attempt.node_records().values() if r.ref]
+        attempt.executor_ref = ",".join(refs) or None
+    return new

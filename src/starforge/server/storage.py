@@ -5,12 +5,13 @@ Layout (one root, the same path on every node)::
     <root>/blobs/sha256/<first 2 hex>/<remaining 62 hex>
     <root>/runs/<user>/<project>/<experiment>/<run_id>/{work,out,logs,state}
 
-Guarantees: a blob path exists only with content that hashes to its name (written to a temporary
-file in the same directory, fsynced, verified while streaming, then renamed into place), so a
-crash or a bad upload never leaves a half-written or wrong blob; an upload is cut off at its size
-limit, and the temporary file of an upload that was killed is removed at the next start. JSON
-state files are written the same way (temp + ``os.replace``), with mode 0600 where they carry a
-secret.
+(named in :mod:`starforge.contract.layout`, the one place the server, the runner and the SDK
+agree on). Guarantees: a blob path exists only with content that hashes to its name (written to a
+temporary file in the same directory, fsynced, verified while streaming, then renamed into
+place), so a crash or a bad upload never leaves a half-written or wrong blob; an upload is cut off
+at its size limit, and the temporary file of a killed upload is removed at the next start. JSON
+state files go through :func:`starforge.contract.atomic.write_json_atomic`, with mode 0600 where
+they carry a secret.
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ import time
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from starforge.contract.atomic import write_json_atomic
 from starforge.contract.errors import BlobDigestMismatch, BodyTooLarge, InvalidName
-from starforge.contract.names import check_name, is_sha256
+from starforge.contract.layout import RunLayout, StorageLayout
+from starforge.contract.names import is_sha256
 
 
 def _check_digest(digest: str) -> str:
@@ -36,23 +39,6 @@ def _check_digest(digest: str) -> str:
             details={"kind": "sha256", "value": digest},
         )
     return digest
-
-
-def write_json_atomic(path: Path, payload: Any, *, mode: int = 0o644) -> None:
-    """Write JSON so readers see the old file or the whole new one, never a part."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(payload, fh, indent=2, sort_keys=True, default=str)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 UPLOAD_PREFIX, UPLOAD_SUFFIX = ".upload.", ".tmp"
@@ -130,12 +116,12 @@ class Storage:
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
+        self.layout = StorageLayout(self.root)
 
     # ---- blobs -------------------------------------------------------------------------------
 
     def blob_path(self, digest: str) -> Path:
-        _check_digest(digest)
-        return self.root / "blobs" / "sha256" / digest[:2] / digest[2:]
+        return self.layout.blob(_check_digest(digest))
 
     def path(self, digest: str) -> Path:
         return self.blob_path(digest)
@@ -152,7 +138,7 @@ class Storage:
     def clean_uploads(self, stale_s: float, *, now: float | None = None) -> list[Path]:
         """Remove temporary uploads nobody has written to for ``stale_s`` seconds (left by an
         upload that was killed); return what was removed."""
-        blobs = self.root / "blobs" / "sha256"
+        blobs = self.layout.blob("0" * 64).parent.parent  # the folder of the shards, per layout
         if not blobs.is_dir():
             return []
         cutoff = (time.time() if now is None else now) - stale_s
@@ -174,43 +160,47 @@ class Storage:
 
     # ---- run directories ---------------------------------------------------------------------
 
+    def run_layout(self, user: str, project: str, experiment: str, run_id: str) -> RunLayout:
+        return self.layout.run(user, project, experiment, run_id)
+
     def run_dir(self, user: str, project: str, experiment: str, run_id: str) -> Path:
-        parts = [
-            check_name("user", user),
-            check_name("project", project),
-            check_name("experiment", experiment),
-            check_name("run", run_id),
-        ]
-        return self.root.joinpath("runs", *parts)
+        return self.run_layout(user, project, experiment, run_id).dir
 
     def make_run_dir(self, run_dir: Path) -> None:
-        for sub in ("work", "out", "logs", "state"):
-            (run_dir / sub).mkdir(parents=True, exist_ok=True)
+        for sub in RunLayout(run_dir).subdirs:
+            sub.mkdir(parents=True, exist_ok=True)
+
+    # The path helpers below take the run dir the database keeps; the names come from RunLayout.
 
     @staticmethod
     def log_path(run_dir: Path, attempt: int, node_rank: int = 0) -> Path:
-        name = (
-            f"attempt-{attempt}.log"
-            if node_rank == 0
-            else f"attempt-{attempt}.node-{node_rank}.log"
-        )
-        return run_dir / "logs" / name
+        return RunLayout(run_dir).log(attempt, node_rank)
 
     @staticmethod
     def run_json_path(run_dir: Path) -> Path:
-        return run_dir / "state" / "run.json"
+        return RunLayout(run_dir).run_json
 
     @staticmethod
     def binding_path(run_dir: Path, attempt: int, node_rank: int) -> Path:
-        return run_dir / "state" / f"attempt-{attempt}.node-{node_rank}.binding.json"
+        return RunLayout(run_dir).binding(attempt, node_rank)
 
     @staticmethod
     def exit_record_path(run_dir: Path, attempt: int, node_rank: int) -> Path:
-        return run_dir / "state" / f"attempt-{attempt}.node-{node_rank}.exit.json"
+        return RunLayout(run_dir).exit_record(attempt, node_rank)
 
-    def write_run_json(self, run_dir: Path, spec: dict[str, Any], manifest: dict[str, Any]) -> None:
+    def write_run_json(
+        self,
+        run_dir: Path,
+        spec: dict[str, Any],
+        manifest: dict[str, Any],
+        config: dict[str, Any] | None = None,
+    ) -> None:
+        """``config``: the experiment's config admission composed (the runner reads it)."""
         self.make_run_dir(run_dir)
-        write_json_atomic(self.run_json_path(run_dir), {"spec": spec, "manifest": manifest})
+        data: dict[str, Any] = {"spec": spec, "manifest": manifest}
+        if config is not None:
+            data["config"] = config
+        write_json_atomic(self.run_json_path(run_dir), data)
 
     def write_binding(self, path: Path, binding: dict[str, Any]) -> None:
         # The binding carries the run token in plain text: only the owner may read it.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from starforge.catalog.loader import Method
@@ -11,6 +12,7 @@ from starforge.contract import params
 from starforge.contract.config import compose, set_path
 from starforge.contract.env import Binding, input_location
 from starforge.contract.jobspec import JobSpec
+from starforge.contract.layout import RunLayout
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,7 @@ class CompileContext:
 
     @property
     def state_dir(self) -> str:
-        return f"{self.binding.run_dir}/state"
+        return str(RunLayout(Path(self.binding.run_dir)).state)
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,7 @@ def run_config(spec: JobSpec, method: Method, read: Callable[[str], str | None])
 
     ``read(lab_relative_path) -> str | None`` reads the package (laptop, server or job)."""
     path = f"{spec.exp_dir}/{method.config.file}"
-    composed = compose(path, read) if read(path) is not None else {}
+    composed = compose(path, read, missing_ok=True)
     return params.apply(method.params, composed, spec.hyperparams)
 
 

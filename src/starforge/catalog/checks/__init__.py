@@ -9,37 +9,11 @@ again at admission. A failure is the seed's "batch size validation failure".
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
-from starforge.catalog.loader import Method
-from starforge.contract.config import MISSING, get_path
+from starforge.catalog.checks.context import CheckContext
 from starforge.contract.errors import BatchValidation
-from starforge.contract.profiles import Pool
 
-
-@dataclass(frozen=True)
-class CheckContext:
-    method: Method
-    config: dict[str, Any]
-    pools: list[Pool] | None = None  # None: the profile is not known yet (sf validate)
-
-    def value(self, path: str) -> Any:
-        """The config's value at ``path``, else the default of the parameter bound there."""
-        found = get_path(self.config, path)
-        if found is not MISSING:
-            return found
-        for param in self.method.params.values():
-            if param.path == path:
-                return param.default
-        return None
-
-    def gpus(self, role: str | None = None) -> int | None:
-        """GPUs of the pool carrying ``role`` (or of all pools), when the profile is known."""
-        if self.pools is None:
-            return None
-        pools = [p for p in self.pools if role is None or role in p.roles] or self.pools
-        return sum(p.total_gpus for p in pools)
+__all__ = ["Check", "CheckContext", "run_checks"]
 
 
 Check = Callable[[CheckContext], list[str]]

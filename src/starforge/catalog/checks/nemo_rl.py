@@ -16,7 +16,7 @@ and validates with ``sft.val_global_batch_size`` / ``sft.val_micro_batch_size``.
 
 from __future__ import annotations
 
-from starforge.catalog.checks import CheckContext
+from starforge.catalog.checks.context import CheckContext
 
 GBS = "policy.train_global_batch_size"
 MBS = "policy.train_micro_batch_size"

@@ -3,7 +3,7 @@ at once (per-device batch x processes x steps per generation) must be a whole nu
 
 from __future__ import annotations
 
-from starforge.catalog.checks import CheckContext
+from starforge.catalog.checks.context import CheckContext
 
 
 def _int(value: object, fallback: int) -> int:

@@ -14,7 +14,7 @@ without ``use_dynamic_bsz``, splits them into micro-batches of ``micro_batch_siz
 
 from __future__ import annotations
 
-from starforge.catalog.checks import CheckContext
+from starforge.catalog.checks.context import CheckContext
 
 ACTOR = "actor_rollout_ref.actor"
 ROLLOUT = "actor_rollout_ref.rollout"

@@ -5,18 +5,12 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Header
-from pydantic import BaseModel
 
-from starforge.contract.api import RUN_TOKEN_HEADER, LifecycleEvent
+from starforge.contract.api import RUN_TOKEN_HEADER, LifecycleAck, LifecycleEvent
 from starforge.server.api.deps import RuntimeDep
 from starforge.server.services import lifecycle
 
 router = APIRouter()
-
-
-class LifecycleAck(BaseModel):
-    accepted: bool  # False for a duplicate or stale event, which changes nothing
-    message: str
 
 
 @router.post("/runs/{run_id}/lifecycle", response_model=LifecycleAck)

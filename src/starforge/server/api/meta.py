@@ -36,4 +36,4 @@ def whoami(user: UserDep) -> WhoAmI:
 
 @router.get("/profiles", response_model=ProfilesResponse)
 def profiles(rt: RuntimeDep, _: UserDep) -> ProfilesResponse:
-    return ProfilesResponse(profiles=rt.settings.profiles)
+    return ProfilesResponse(profiles=rt.settings.profiles, hf_offline=rt.settings.hf_offline)

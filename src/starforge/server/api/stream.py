@@ -25,9 +25,18 @@ from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query
-from sse_starlette import EventSourceResponse, JSONServerSentEvent, ServerSentEvent
+from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from starforge.contract.api import SSE_ATTEMPT, SSE_END, SSE_LOG, SSE_STATUS
+from starforge.contract.api import (
+    SSE_ATTEMPT,
+    SSE_END,
+    SSE_LOG,
+    SSE_STATUS,
+    StreamAttempt,
+    StreamEnd,
+    StreamLog,
+    StreamStatus,
+)
 from starforge.contract.errors import UsageError
 from starforge.server.api.deps import RuntimeDep, UserDep
 from starforge.server.runtime import Runtime
@@ -135,8 +144,8 @@ class Follower:
         return self.paths[attempt]
 
     def status_event(self, target: logs.Target, reason: str) -> ServerSentEvent:
-        payload = {"status": target.status.value, "reason": reason, "attempts": target.attempts}
-        return JSONServerSentEvent(payload, event=SSE_STATUS, retry=RETRY_MS)
+        payload = StreamStatus(status=target.status, reason=reason, attempts=target.attempts)
+        return ServerSentEvent(payload.model_dump_json(), event=SSE_STATUS, retry=RETRY_MS)
 
     async def reason(self) -> str:
         view = await asyncio.to_thread(jobs.get, self.rt, self.user, self.run_id)
@@ -144,12 +153,12 @@ class Follower:
 
     async def end_event(self) -> ServerSentEvent:
         view = await asyncio.to_thread(jobs.get, self.rt, self.user, self.run_id)
-        payload = {
-            "status": view.status.value,
-            "end_reason": view.end_reason.value if view.end_reason else None,
-            "exit_code": view.exit_code,
-        }
-        return JSONServerSentEvent(payload, event=SSE_END, id=f"{self.attempt}:{self.offset}")
+        payload = StreamEnd(
+            status=view.status, end_reason=view.end_reason, exit_code=view.exit_code
+        )
+        return ServerSentEvent(
+            payload.model_dump_json(), event=SSE_END, id=f"{self.attempt}:{self.offset}"
+        )
 
     async def events(self) -> AsyncIterator[ServerSentEvent]:
         loop = asyncio.get_running_loop()
@@ -170,8 +179,10 @@ class Follower:
                     continue
                 if over and self.attempt < target.attempts:
                     self.attempt, self.offset = self.attempt + 1, 0
-                    yield JSONServerSentEvent(
-                        {"attempt": self.attempt}, event=SSE_ATTEMPT, id=f"{self.attempt}:0"
+                    yield ServerSentEvent(
+                        StreamAttempt(attempt=self.attempt).model_dump_json(),
+                        event=SSE_ATTEMPT,
+                        id=f"{self.attempt}:0",
                     )
                     continue
                 if over:
@@ -197,8 +208,8 @@ class Follower:
         if end == self.offset:
             return None
         self.offset = end
-        return JSONServerSentEvent(
-            {"attempt": self.attempt, "text": text},
+        return ServerSentEvent(
+            StreamLog(attempt=self.attempt, text=text).model_dump_json(),
             event=SSE_LOG,
             id=f"{self.attempt}:{self.offset}",
         )

@@ -9,11 +9,10 @@ show without scanning the points). Both rows go when their run goes (``ON DELETE
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import Float, ForeignKey, Integer, String, Text
+from sqlalchemy import JSON, Float, ForeignKey, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from starforge.server.db.models import Base, UTCDateTime, utcnow
@@ -38,15 +37,7 @@ class RunMeta(Base):
     __tablename__ = "run_meta"
 
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
-    hparams_json: Mapped[str] = mapped_column(Text, default="{}")
-    meta_json: Mapped[str] = mapped_column(Text, default="{}")
+    hparams: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    meta: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     last_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
-
-    @property
-    def hparams(self) -> dict[str, Any]:
-        return dict(json.loads(self.hparams_json or "{}"))
-
-    @property
-    def meta(self) -> dict[str, Any]:
-        return dict(json.loads(self.meta_json or "{}"))

@@ -4,17 +4,21 @@ Tables: ``users`` (who may call the API), ``runs`` (one row per submission, stab
 ``attempts`` (one row per placement of a run: where it ran, how it ended) and ``events`` (every
 status change, append-only). Only :mod:`starforge.server.statemachine` writes ``runs.status``.
 
-JSON columns are stored as text and parsed by the services, so the schema stays portable between
-SQLite and PostgreSQL. Timestamps are stored as naive UTC and read back as aware UTC.
+Structured values (a run's spec, manifest and pools; an attempt's allocation and node records) are
+SQLAlchemy ``JSON`` columns, which SQLite and PostgreSQL both keep. An attempt's node records are
+the one JSON value changed in place, so that column tracks mutation (``MutableDict``): a record
+replaced under its rank is saved with the transaction. Node records are written only by
+:func:`starforge.server.statemachine.node_event` and read typed through
+:meth:`Attempt.node_records`. Timestamps are stored as naive UTC and read back as aware UTC.
 """
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
+    JSON,
     DateTime,
     ForeignKey,
     Integer,
@@ -24,7 +28,10 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.mutable import MutableDict
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from starforge.contract.nodes import NodeRecord
 
 
 def utcnow() -> datetime:
@@ -79,9 +86,9 @@ class Run(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     reason: Mapped[str] = mapped_column(Text, default="")
     priority: Mapped[int] = mapped_column(Integer, default=0)
-    spec_json: Mapped[str] = mapped_column(Text)
-    manifest_json: Mapped[str] = mapped_column(Text)
-    pools_json: Mapped[str] = mapped_column(Text)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)  # the JobSpec as submitted
+    manifest: Mapped[dict[str, Any]] = mapped_column(JSON)  # the package's files
+    pools: Mapped[list[dict[str, Any]]] = mapped_column(JSON)  # the admitted pools (Pool)
     gpus: Mapped[int] = mapped_column(Integer, default=0)
     idempotency_key: Mapped[str] = mapped_column(String(128))
     run_token_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
@@ -102,14 +109,6 @@ class Run(Base):
         back_populates="run", order_by="Event.id", cascade="all, delete-orphan"
     )
 
-    @property
-    def spec(self) -> dict[str, Any]:
-        return dict(json.loads(self.spec_json))
-
-    @property
-    def pools(self) -> list[dict[str, Any]]:
-        return list(json.loads(self.pools_json))
-
     def attempt(self, number: int) -> Attempt | None:
         return next((a for a in self.attempts if a.number == number), None)
 
@@ -125,11 +124,14 @@ class Attempt(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
     number: Mapped[int] = mapped_column(Integer)
-    # "local:<pgid>" once started; several nodes' refs joined with "," (each node's own ref,
-    # state and exit code live in nodes_json, keyed by node rank).
+    # "local:<pgid>" once started; several nodes' refs joined with "," in rank order (each
+    # node's own ref, state and exit code live in ``nodes``, keyed by node rank).
     executor_ref: Mapped[str | None] = mapped_column(Text, nullable=True)
-    allocation_json: Mapped[str] = mapped_column(Text, default="[]")
-    nodes_json: Mapped[str] = mapped_column(Text, default="{}")
+    allocation: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)  # its Slots
+    # {"<rank>": NodeRecord as JSON}; written only by statemachine.node_event
+    nodes: Mapped[dict[str, dict[str, Any]]] = mapped_column(
+        MutableDict.as_mutable(JSON), default=dict
+    )
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
@@ -140,16 +142,12 @@ class Attempt(Base):
 
     run: Mapped[Run] = relationship(back_populates="attempts")
 
-    @property
-    def allocation(self) -> list[dict[str, Any]]:
-        return list(json.loads(self.allocation_json or "[]"))
-
-    @property
-    def nodes(self) -> dict[str, dict[str, Any]]:
-        return dict(json.loads(self.nodes_json or "{}"))
-
-    def set_nodes(self, nodes: dict[str, dict[str, Any]]) -> None:
-        self.nodes_json = json.dumps(nodes, sort_keys=True)
+    def node_records(self) -> dict[int, NodeRecord]:
+        """Every node's record by rank, in rank order (read-only: write through the writer)."""
+        return {
+            int(rank): NodeRecord.model_validate(record)
+            for rank, record in sorted((self.nodes or {}).items(), key=lambda kv: int(kv[0]))
+        }
 
 
 class Event(Base):

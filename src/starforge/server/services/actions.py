@@ -42,7 +42,7 @@ S = JobStatus
 def _live_refs(attempt: Attempt | None) -> list[str]:
     if attempt is None or attempt.ended_at is not None:
         return []
-    return [n["ref"] for n in attempt.nodes.values() if n.get("ref") and n.get("state") != "exited"]
+    return [n.live_ref for n in attempt.node_records().values() if n.live_ref]
 
 
 def _rejected(run: Run, message: str) -> ActionResult:

@@ -3,9 +3,13 @@
 :func:`admit` is pure with respect to the database (it reads settings, the catalog, the storage
 and the disk) and returns what the run will be; it raises a :mod:`starforge.contract.errors` class
 naming what was wrong and what to do. Order: catalog handshake (the submission's lock against the
-server's catalog), profiles, fit against the inventory, required inputs, the image, shared inputs
-on disk, package inputs in the manifest, blobs present, the entrypoint in the package, and the
-recorded parameters and framework checks again (the client's validation is not trusted).
+server's catalog), the checks the CLI ran too (:func:`contract.submission.check_submission`:
+profile against roles, required inputs, the image, the entrypoint, the recorded parameters),
+profiles resolved once (the profile's env snapshotted into the pools), fit against the inventory,
+shared inputs on disk, package inputs in the manifest, blobs present, and the experiment's config
+composed once for the observability rule and the framework checks (the client's validation is
+not trusted). The composed config is returned for the run's ``run.json``, so the runner does
+not compose it again.
 Capacity that is merely busy is not checked here: the run queues. Nor is a quota that is merely
 in use by the user's other runs (the run queues); a quota that can never allow the run (a profile
 it excludes, more GPUs than its limits) is rejected with the numbers, right after the fit.
@@ -15,39 +19,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from starforge.catalog.adapters.base import run_config
 from starforge.catalog.checks import CheckContext, run_checks
-from starforge.catalog.loader import EntrypointKind, Method, get_method
+from starforge.catalog.loader import Method, get_method
 from starforge.catalog.locks import lock_state
-from starforge.contract import images, observability, params
+from starforge.contract import observability, sensitive
 from starforge.contract.api import Quota
-from starforge.contract.errors import (
-    CatalogMismatch,
-    MissingBlobs,
-    MissingInput,
-    ParamError,
-    QuotaRejected,
-    Rejected,
-)
+from starforge.contract.errors import CatalogMismatch, MissingBlobs, QuotaRejected, Rejected
 from starforge.contract.jobspec import InputKind, JobSpec, Manifest
 from starforge.contract.profiles import Pool, parse_profile_args, resolve
+from starforge.contract.submission import INPUT_FLAGS, check_submission
 from starforge.server.services import scheduler
 from starforge.server.settings import NodeDef, ProfileDef
 from starforge.server.storage import Storage
 
-# method.requires entry -> (JobSpec.inputs field, the CLI flag that sets it)
-INPUT_FLAGS: dict[str, str] = {
-    "model": "--model",
-    "train_data": "--train-data",
-    "validation_data": "--validation-data",
-}
+if TYPE_CHECKING:
+    from starforge.server.db.models import Run
 
 
 @dataclass
 class Admitted:
     method: Method
-    pools: list[Pool]
+    pools: list[Pool]  # resolved once, the profile's env snapshotted in
+    config: dict[str, Any]  # the experiment's config, composed once here; the runner reads it
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -80,39 +76,22 @@ def check_catalog(spec: JobSpec) -> tuple[Method, list[str]]:
     )
 
 
-def check_params(
-    spec: JobSpec, method: Method, manifest: Manifest, storage: Storage, pools: list[Pool]
-) -> None:
-    """Re-validate the recorded parameters and the framework's static checks."""
-    for name, value in spec.hyperparams.items():
-        param = method.params.get(name)
-        if param is None:
-            raise ParamError(
-                f"parameter {name!r} is not declared by {method.id}",
-                hint=params.suggest(name, sorted(method.params)),
-            )
-        params.check_value(name, param, value, f"hyperparams.{name}")
-    missing = [n for n, p in method.params.items() if p.required and n not in spec.hyperparams]
-    if missing:
-        raise ParamError(f"required parameter(s) without a value: {', '.join(missing)}")
+def run_pools(run: Run) -> list[Pool]:
+    """A run's pools as admission resolved them: the one typed reader of ``run.pools``."""
+    return [Pool.model_validate(p) for p in run.pools]
+
+
+def compose_config(
+    spec: JobSpec, method: Method, manifest: Manifest, storage: Storage
+) -> dict[str, Any]:
+    """The experiment's config composed from the package, with the recorded parameters applied."""
     by_path = {f.path: f.sha256 for f in manifest.files}
 
     def read(rel: str) -> str | None:
         digest = by_path.get(rel)
         return storage.blob_path(digest).read_text() if digest else None
 
-    run_checks(CheckContext(method, run_config(spec, method, read), pools))
-
-
-def check_image(spec: JobSpec, method: Method) -> None:
-    if spec.image:
-        images.check_image(spec.image)
-    elif "image" in method.requires:
-        raise MissingInput(
-            f"method {method.id} needs --image",
-            hint="e.g. --image reg.io/t:v1",
-            details={"missing": ["--image"]},
-        )
+    return run_config(spec, method, read)
 
 
 def check_fit(pools: list[Pool], inventory: list[NodeDef]) -> None:
@@ -136,22 +115,10 @@ def check_quota(pools: list[Pool], quota: Quota) -> None:
         )
 
 
-def check_inputs(spec: JobSpec, method: Method, manifest: Manifest) -> None:
-    missing = [
-        name
-        for name in method.requires
-        if name in INPUT_FLAGS and getattr(spec.inputs, name, None) is None
-    ]
-    if missing:
-        flags = [INPUT_FLAGS.get(name, f"--{name.replace('_', '-')}") for name in missing]
-        raise MissingInput(
-            f"method {method.id} needs {', '.join(flags)}; the submission has no "
-            f"{', '.join(missing)}",
-            hint=f"add {' '.join(f + ' ...' for f in flags)} to `sf submit`",
-            details={"missing": missing, "flags": flags},
-        )
+def check_input_locations(spec: JobSpec, manifest: Manifest) -> None:
+    """Where the given inputs are: a shared path on the server, a path in the package."""
     paths = {f.path for f in manifest.files}
-    for name in INPUT_FLAGS:
+    for name in INPUT_FLAGS:  # the one table of inputs (contract.submission)
         ref = getattr(spec.inputs, name)
         if ref is None:
             continue
@@ -171,7 +138,7 @@ def check_inputs(spec: JobSpec, method: Method, manifest: Manifest) -> None:
                 )
 
 
-def check_package(spec: JobSpec, method: Method, manifest: Manifest, storage: Storage) -> None:
+def check_blobs(manifest: Manifest, storage: Storage) -> None:
     missing = storage.missing(manifest.digests())
     if missing:
         raise MissingBlobs(
@@ -180,30 +147,23 @@ def check_package(spec: JobSpec, method: Method, manifest: Manifest, storage: St
             hint="upload them (POST /blobs/missing, then PUT /blobs/<sha256>) and submit again",
             details={"missing": missing},
         )
-    entry = f"{spec.exp_dir}/{method.entrypoint.file}"
-    in_package = method.entrypoint.kind in (EntrypointKind.PYTHON, EntrypointKind.BASH)
-    if in_package and entry not in {f.path for f in manifest.files}:
-        raise Rejected(
-            f"the package has no {entry}: method {method.id} runs it as its entrypoint",
-            hint=f"create {entry} in the experiment and commit it",
-            details={"entrypoint": entry},
-        )
 
 
-def check_observability(
-    spec: JobSpec, method: Method, manifest: Manifest, storage: Storage
-) -> None:
+def check_observability(spec: JobSpec, method: Method, config: dict[str, Any]) -> None:
     """Platform methods refuse --observability-url, external ones need it; an external method's
     experiment may opt into the platform in its config (``starforge: {observability: platform}``).
     """
-    by_path = {f.path: f.sha256 for f in manifest.files}
-
-    def read(rel: str) -> str | None:
-        digest = by_path.get(rel)
-        return storage.blob_path(digest).read_text() if digest else None
-
-    mode = observability.mode_of(method.observability, run_config(spec, method, read))
+    mode = observability.mode_of(method.observability, config)
     observability.check_url(mode, spec.observability_url, method.id)
+
+
+def _blob_head(storage: Storage, digest: str) -> bytes | None:
+    """The first bytes of a stored blob (what the content check reads), or None when absent."""
+    path = storage.blob_path(digest)
+    if not path.is_file():
+        return None
+    with path.open("rb") as fh:
+        return fh.read(sensitive.HEAD_BYTES)
 
 
 def admit(
@@ -216,16 +176,20 @@ def admit(
     quota: Quota | None = None,
 ) -> Admitted:
     """Check a submission end to end; raise the first problem found."""
+    # The packer's sensitive-file policy again, whichever client wrote the manifest.
+    sensitive.refuse_manifest(manifest, read_head=lambda digest: _blob_head(storage, digest))
     method, warnings = check_catalog(spec)
-    pools = resolve(parse_profile_args(spec.profiles), profiles, method.roles)
+    requests = parse_profile_args(spec.profiles)
+    check_submission(spec, method, requests=requests, package={f.path for f in manifest.files})
+    pools = resolve(requests, profiles, method.roles)
     check_fit(pools, inventory)
     if quota is not None:
         check_quota(pools, quota)
-    check_inputs(spec, method, manifest)
-    check_image(spec, method)
-    check_package(spec, method, manifest, storage)
-    check_observability(spec, method, manifest, storage)
-    check_params(spec, method, manifest, storage, pools)
+    check_input_locations(spec, manifest)
+    check_blobs(manifest, storage)
+    config = compose_config(spec, method, manifest, storage)
+    check_observability(spec, method, config)
+    run_checks(CheckContext(method, config, pools))
     if spec.provenance.git_dirty:
         warnings.append("submitted from a tree with uncommitted changes")
     if spec.provenance.untracked:
@@ -233,4 +197,4 @@ def admit(
             f"{len(spec.provenance.untracked)} untracked file(s) travelled with the "
             "run but are not in its commit"
         )
-    return Admitted(method=method, pools=pools, warnings=warnings)
+    return Admitted(method=method, pools=pools, config=config, warnings=warnings)

@@ -9,15 +9,14 @@ node and record the references. A start failure ends the attempt as ``startup_fa
 An attempt after the first (resume, retry, auto-retry) starts from the run's latest checkpoint
 (``services/checkpoints``), recorded on the attempt and handed to the runner as ``resume_from``.
 
-:func:`reconcile` (``services/reconcile``) looks at every active attempt: a node whose process is
-gone or silent without an ``exited`` event is finalised from its exit record file when there is
-one, else treated as lost. Both are safe to kill at any line and rerun: they act only on what the
-database says.
+Node records are written through ``statemachine.place_nodes`` (each ``pending``) and
+``statemachine.node_event`` (``started`` with the reference; ``startup_failed`` for nodes a failed
+start never reached). The reconciler (``services/reconcile``) settles nodes whose runner went away.
+Both are safe to kill at any line and rerun: they act only on what the database says.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 from dataclasses import dataclass
@@ -26,13 +25,14 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from starforge.contract.env import Binding
+from starforge.contract.env import make_binding
+from starforge.contract.nodes import NodeRecord
 from starforge.contract.profiles import Pool
-from starforge.contract.states import ACTIVE, EndReason, JobStatus
+from starforge.contract.states import ACTIVE, JobStatus, NodeEvent, NodeState
 from starforge.server import statemachine
 from starforge.server.db.models import Attempt, Run, utcnow
 from starforge.server.runtime import Runtime
-from starforge.server.services import checkpoints, lifecycle, quota, scheduler
+from starforge.server.services import admission, checkpoints, lifecycle, quota, scheduler
 from starforge.server.services.users import token_digest
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,7 @@ def place_run(
     slots: list[scheduler.Slot] | None = None,
 ) -> StartOrder | None:
     """Commit ``run``'s placement: ``slots`` the pass chose, else a best fit in ``free``."""
-    pools = [Pool.model_validate(p) for p in run.pools]
+    pools = admission.run_pools(run)
     slots = slots if slots is not None else scheduler.place(pools, free)
     if slots is None:
         reason = scheduler.shortfall(pools, free)
@@ -128,24 +128,14 @@ def place_run(
     number = run.current_attempt + 1
     run_dir = run_dir_of(rt, run)
     token = secrets.token_urlsafe(32)
-    nodes = {
-        str(s.rank): {
-            "node": s.node,
-            "pool": s.pool,
-            "ref": None,
-            "state": "pending",
-            "exit_code": None,
-        }
-        for s in slots
-    }
     attempt = Attempt(
         run_id=run.id,
         number=number,
-        allocation_json=json.dumps([s.to_json() for s in slots]),
-        nodes_json=json.dumps(nodes, sort_keys=True),
+        allocation=[s.to_json() for s in slots],
         started_at=utcnow(),
         log_path=str(rt.storage.log_path(run_dir, number, 0)),
     )
+    statemachine.place_nodes(attempt, {s.rank: NodeRecord(node=s.node, pool=s.pool) for s in slots})
     # A resumed, retried or auto-retried run continues from its latest checkpoint.
     latest = checkpoints.latest(run_dir / "out") if number > 1 else None
     attempt.resumed_from = str(latest.path) if latest else None
@@ -178,38 +168,30 @@ def write_bindings(
 ) -> list[NodeStart]:
     run_dir = run_dir_of(rt, run)
     if not rt.storage.run_json_path(run_dir).exists():  # the database is the source of truth
-        rt.storage.write_run_json(run_dir, json.loads(run.spec_json), json.loads(run.manifest_json))
+        rt.storage.write_run_json(run_dir, run.spec, run.manifest)
     rt.storage.make_run_dir(run_dir)
-    profiles = {p.name: p for p in rt.settings.profiles}
-    by_pool = {p.name: p for p in pools}
     port = rt.pick_port()
     starts = []
     for slot in slots:
-        pool = by_pool[slot.pool]
         log_path = rt.storage.log_path(run_dir, number, slot.rank)
-        prof = profiles.get(pool.profile)
-        binding = Binding(
+        # The pools carry the profile's env as admitted: today's settings do not reach the run.
+        binding = make_binding(
             run_id=run.id,
             attempt=number,
             user=run.user,
             storage_root=str(rt.storage.root),
             run_dir=str(run_dir),
-            work_dir=str(run_dir / "work"),
-            out_dir=str(run_dir / "out"),
             log_path=str(log_path),
-            node_rank=slot.rank,
-            nnodes=len(slots),
-            gpus_per_node=pool.gpus_per_node,
-            visible_devices=list(slot.gpus),
-            master_addr="127.0.0.1",
-            master_port=port,
             pools=pools,
             pool=slot.pool,
+            node_rank=slot.rank,
+            nnodes=len(slots),
+            visible_devices=list(slot.gpus),
+            master_port=port,
             endpoint=rt.url,
             run_token=token,
             resume_from=resume_from,
             hf_offline=rt.settings.hf_offline,
-            extra_env=dict(prof.env) if prof else {},
         )
         path = rt.storage.binding_path(run_dir, number, slot.rank)
         rt.storage.write_binding(path, binding.model_dump(mode="json"))
@@ -249,28 +231,19 @@ def record_starts(
 ) -> lifecycle.Outcome:
     attempt = run.attempt(number)
     assert attempt is not None
-    nodes = attempt.nodes
-    for rank, ref in refs.items():
-        nodes[str(rank)]["ref"] = ref
-        if nodes[str(rank)].get("state") == "pending":
-            nodes[str(rank)]["state"] = "started"
-    attempt.executor_ref = ",".join(refs[r] for r in sorted(refs)) or None
+    for rank, ref in sorted(refs.items()):
+        statemachine.node_event(attempt, rank, NodeEvent.STARTED, ref=ref)
     if error is not None and attempt.ended_at is None:
-        for node in nodes.values():
-            if node.get("state") == "pending":
-                lifecycle.record_exit(
-                    node, None, lost=True, why=error, end_reason=EndReason.STARTUP_FAILED.value
-                )
-    attempt.set_nodes(nodes)
-    if error is not None and attempt.ended_at is None:
+        for rank, node in attempt.node_records().items():
+            if node.state is NodeState.PENDING:  # never started: the start failed before it
+                statemachine.node_event(attempt, rank, NodeEvent.STARTUP_FAILED, why=error)
         outcome = lifecycle.finish_attempt(session, run, attempt, "scheduler")
         if outcome is not None:
             return outcome
     if attempt.ended_at is not None or run.status in (JobStatus.STOPPING, JobStatus.PAUSING):
         # A stop or pause (or the attempt's end) landed while the nodes were being started.
-        live = [
-            ref for rank, ref in refs.items() if nodes[str(rank)].get("state") != lifecycle.EXITED
-        ]
+        nodes = attempt.node_records()
+        live = [ref for rank, ref in refs.items() if not nodes[rank].exited]
         pausing = run.status == JobStatus.PAUSING and attempt.ended_at is None
         grace = pause_grace_s if pausing else None
         return lifecycle.Outcome(True, "stop after start", stop_refs=live, grace_s=grace)
@@ -284,13 +257,3 @@ def _note_in_log(path: Path, message: str) -> None:
             fh.write(f"starforge: {message}\n")
     except OSError:
         log.warning("could not write to %s", path)
-
-
-# ---- reconciling ------------------------------------------------------------------------------
-
-
-def reconcile(rt: Runtime) -> None:
-    """Finalise nodes whose runner is gone, silent or never recorded (see services/reconcile)."""
-    from starforge.server.services import reconcile as reconciler  # it imports this module
-
-    reconciler.reconcile(rt)

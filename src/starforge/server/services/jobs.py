@@ -3,14 +3,12 @@ resume, retry) live in ``services/actions``.
 
 Submit is idempotent per (user, idempotency key): the first request creates the run, any later
 one with the same body returns that run with ``created=False``, and one with a different body
-is a 409 naming the run. The unique constraint on the pair makes this hold
-even when two requests race (the loser reads the winner's run). Stop never raises for a run in
-the wrong state; it answers accepted or rejected-with-reason.
+is a 409 naming the run. The unique constraint on the pair makes this hold even when two requests
+race (the loser reads the winner's run).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 from typing import Any
@@ -21,7 +19,6 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
 from starforge.contract.api import (
-    ActionResult,
     AttemptView,
     EventView,
     RunView,
@@ -31,7 +28,6 @@ from starforge.contract.api import (
 from starforge.contract.errors import AmbiguousRun, IdempotencyConflict, RunNotFound
 from starforge.contract.jobspec import JobSpec
 from starforge.contract.names import new_run_id
-from starforge.contract.profiles import Pool
 from starforge.contract.states import EndReason, JobStatus
 from starforge.server import statemachine
 from starforge.server.db.models import Attempt, Run
@@ -79,8 +75,8 @@ def _response(session: Session, run: Run, *, created: bool, warnings: list[str])
 def _same_request(run: Run, req: SubmitRequest) -> bool:
     """Whether ``req`` is the request that made ``run`` (a retry), not a new one reusing its key."""
     return (
-        json.loads(run.spec_json) == req.spec.model_dump(mode="json")
-        and json.loads(run.manifest_json) == req.manifest.model_dump(mode="json")
+        run.spec == req.spec.model_dump(mode="json")
+        and run.manifest == req.manifest.model_dump(mode="json")
         and run.max_retries == req.max_retries
     )
 
@@ -107,9 +103,9 @@ def _new_run(user: str, req: SubmitRequest, admitted: admission.Admitted) -> Run
         method=spec.method.id,
         status="",
         priority=0,
-        spec_json=spec.model_dump_json(),
-        manifest_json=req.manifest.model_dump_json(),
-        pools_json=json.dumps([p.model_dump() for p in admitted.pools]),
+        spec=spec.model_dump(mode="json"),
+        manifest=req.manifest.model_dump(mode="json"),
+        pools=[p.model_dump(mode="json") for p in admitted.pools],
         gpus=admitted.gpus,
         idempotency_key=req.idempotency_key,
         current_attempt=0,
@@ -142,7 +138,10 @@ def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
             statemachine.admit(session, run, reason="waiting for the scheduler", actor=user)
             session.flush()  # the unique constraint fires here, before run.json is written
             rt.storage.write_run_json(
-                run_dir, spec.model_dump(mode="json"), req.manifest.model_dump(mode="json")
+                run_dir,
+                spec.model_dump(mode="json"),
+                req.manifest.model_dump(mode="json"),
+                admitted.config,
             )
     except IntegrityError:
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -235,7 +234,7 @@ def view(rt: Runtime, run: Run, *, full: bool = True) -> RunView:
         exit_code=run.exit_code,
         reason=run.reason,
         profiles=list(data.get("profiles") or []),
-        pools=[Pool.model_validate(p) for p in run.pools],
+        pools=admission.run_pools(run),
         gpus=run.gpus,
         git_commit=str(provenance.get("git_commit", "")),
         git_dirty=bool(provenance.get("git_dirty", False)),
@@ -287,13 +286,3 @@ def list_runs(
 def count_runs(rt: Runtime, user: str) -> int:
     with rt.transaction() as session:
         return int(session.scalar(select(func.count()).where(Run.user == user)) or 0)
-
-
-# ---- stop (moved to services/actions with pause, resume and retry) ----------------------------
-
-
-def stop(rt: Runtime, user: str, ref: str) -> ActionResult:
-    """Stop a run; see :func:`starforge.server.services.actions.stop`."""
-    from starforge.server.services import actions  # actions imports this module
-
-    return actions.stop(rt, user, ref)

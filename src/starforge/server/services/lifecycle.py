@@ -1,14 +1,14 @@
 """What runners report (starting, running, heartbeat, exited) and how an attempt ends.
 
-Each node of an attempt has a record in ``attempts.nodes_json`` keyed by node rank:
-``{"node", "ref", "state": pending|started|starting|running|exited, "exit_code", "lost",
-"beat"}`` (``beat``: the epoch time of its latest heartbeat). Events are idempotent: a duplicate
-or stale event (an older attempt, a node that already exited, a run that already ended) changes
-nothing and is answered ``accepted=False``; for a heartbeat that answer tells the runner its
+Each node of an attempt has a typed record (:class:`~starforge.contract.nodes.NodeRecord`) keyed
+by node rank; a runner's event moves it through ``statemachine.node_event`` as the node table
+(``contract/states.NODE_TRANSITIONS``) allows. Events are idempotent: a duplicate or stale event
+(an older attempt, a node that already exited, a run that already ended) changes nothing and is
+answered ``accepted=False``; for a heartbeat that answer tells the runner its
 attempt is over, and it stops its training (so an attempt never has two live runners).
 
 The end of an attempt is decided by :func:`decide`, a pure function of the run's status and the
-nodes' records. Then :func:`finish_attempt` writes it and, for a platform failure, applies the
+nodes' typed records. Then :func:`finish_attempt` writes it and, for a platform failure, applies the
 method's auto-retry policy in the same transaction: ``failed`` (with the reason) then ``queued``
 again (actor ``auto-retry``), so no reader ever sees a retried run as final.
 """
@@ -17,26 +17,30 @@ from __future__ import annotations
 
 import hmac
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
 
 from starforge.catalog.loader import get_method
 from starforge.catalog.schema import AutoRetry
-from starforge.contract.api import CONTROL_PLANE_FILE, ControlPlane, LifecycleEvent
+from starforge.contract.api import ControlPlane, LifecycleEvent
+from starforge.contract.atomic import write_json_atomic
 from starforge.contract.errors import Forbidden, RunNotFound, StarForgeError, Unauthorized
-from starforge.contract.states import EndReason, JobStatus
+from starforge.contract.nodes import NodeRecord
+from starforge.contract.states import EndReason, JobStatus, NodeEvent
 from starforge.server import statemachine
 from starforge.server.db.models import Attempt, Run, utcnow
+from starforge.server.executors.base import SupportsKill
 from starforge.server.runtime import Runtime
 from starforge.server.services import checkpoints
 from starforge.server.services.users import token_digest
-from starforge.server.storage import write_json_atomic
 
-EXITED = "exited"
 # Exit codes of a node that was asked to pause: saved and exited 143 (SIGTERM), killed after the
 # grace period (137), or a script that treats SIGTERM as a clean exit (0).
 PAUSE_EXITS = frozenset({0, 128 + 15, 128 + 9})
+# An end reason a runner may not claim for a node that exited non-zero.
+NOT_FAILURES = frozenset({EndReason.COMPLETED, EndReason.PAUSED_BY_USER, EndReason.STOPPED_BY_USER})
 
 
 @dataclass(frozen=True)
@@ -47,62 +51,58 @@ class Decision:
     reason: str
 
 
-def _ranked(nodes: dict[str, dict[str, object]]) -> list[tuple[str, dict[str, object]]]:
-    return sorted(nodes.items(), key=lambda kv: int(kv[0]))
-
-
-def _failure(rank: str, node: dict[str, object]) -> Decision:
+def _failure(rank: int, node: NodeRecord) -> Decision:
     """Why one node failed the attempt: lost (no exit seen) or its own exit code."""
-    if node.get("lost"):
-        lost_reason = EndReason.NODE_LOST
-        if node.get("end_reason") == EndReason.STARTUP_FAILED.value:
-            lost_reason = EndReason.STARTUP_FAILED
+    if node.lost:
+        lost_reason = (
+            EndReason.STARTUP_FAILED
+            if node.end_reason is EndReason.STARTUP_FAILED
+            else EndReason.NODE_LOST
+        )
         return Decision(
             JobStatus.FAILED,
             lost_reason,
             None,
-            f"node {rank} ({node.get('node', '?')}) was lost: "
-            f"{node.get('why') or 'its runner ended without reporting an exit'}",
+            f"node {rank} ({node.node or '?'}) was lost: "
+            f"{node.why or 'its runner ended without reporting an exit'}",
         )
-    code = node.get("exit_code")
-    exit_code = code if isinstance(code, int) else None
-    try:
-        end_reason = EndReason(str(node.get("end_reason")))
-    except ValueError:
+    end_reason = node.end_reason or EndReason.EXIT_NONZERO
+    if end_reason in NOT_FAILURES:
         end_reason = EndReason.EXIT_NONZERO
-    if end_reason in (EndReason.COMPLETED, EndReason.PAUSED_BY_USER, EndReason.STOPPED_BY_USER):
-        end_reason = EndReason.EXIT_NONZERO
-    return Decision(JobStatus.FAILED, end_reason, exit_code, f"node {rank} exited with code {code}")
+    return Decision(
+        JobStatus.FAILED,
+        end_reason,
+        node.exit_code,
+        f"node {rank} exited with code {node.exit_code}",
+    )
 
 
-def _decide_pause(nodes: dict[str, dict[str, object]]) -> Decision | None:
+def _decide_pause(nodes: Mapping[int, NodeRecord]) -> Decision | None:
     """A pausing attempt waits for every node (a distributed save needs all ranks) unless one
     crashed; signal exits and lost nodes make it paused, from its latest complete checkpoint."""
-    exited = [(r, n) for r, n in _ranked(nodes) if n.get("state") == EXITED]
-    crashed = [(r, n) for r, n in exited if not n.get("lost") and n["exit_code"] not in PAUSE_EXITS]
+    exited = [(r, n) for r, n in sorted(nodes.items()) if n.exited]
+    crashed = [(r, n) for r, n in exited if not n.lost and n.exit_code not in PAUSE_EXITS]
     if crashed:
         return _failure(*crashed[0])
     if len(exited) < len(nodes):
         return None
-    codes = [n.get("exit_code") for _, n in exited if isinstance(n.get("exit_code"), int)]
+    codes = [n.exit_code for _, n in exited if n.exit_code is not None]
     code = next((c for c in codes if c != 0), codes[0] if codes else None)
     return Decision(JobStatus.PAUSED, EndReason.PAUSED_BY_USER, code, "paused by user")
 
 
-def decide(run_status: JobStatus, nodes: dict[str, dict[str, object]]) -> Decision | None:
-    """How the attempt ends given its nodes' records, or None while it is still going."""
+def decide(run_status: JobStatus, nodes: Mapping[int, NodeRecord]) -> Decision | None:
+    """How the attempt ends given its nodes' records (by rank), or None while it still goes."""
     if run_status is JobStatus.PAUSING:
         return _decide_pause(nodes)
-    exited = {r: n for r, n in nodes.items() if n.get("state") == EXITED}
-    bad = {r: n for r, n in exited.items() if n.get("lost") or n.get("exit_code") != 0}
+    exited = [(r, n) for r, n in sorted(nodes.items()) if n.exited]
+    bad = [(r, n) for r, n in exited if n.lost or n.exit_code != 0]
     if len(exited) < len(nodes) and not bad:
         return None
-    first_bad = min(bad.items(), key=lambda kv: int(kv[0])) if bad else None
-    codes = [n.get("exit_code") for _, n in _ranked(exited)]
-    code = first_bad[1].get("exit_code") if first_bad else (codes[0] if codes else None)
-    exit_code = code if isinstance(code, int) else None
+    first_bad = bad[0] if bad else None
+    code = first_bad[1].exit_code if first_bad else (exited[0][1].exit_code if exited else None)
     if run_status is JobStatus.STOPPING:
-        return Decision(JobStatus.STOPPED, EndReason.STOPPED_BY_USER, exit_code, "stopped by user")
+        return Decision(JobStatus.STOPPED, EndReason.STOPPED_BY_USER, code, "stopped by user")
     if first_bad is None:
         return Decision(JobStatus.SUCCEEDED, EndReason.COMPLETED, 0, "completed")
     return _failure(*first_bad)
@@ -176,7 +176,8 @@ def finish_attempt(
     """Apply :func:`decide` to the attempt; return what must be stopped, or None if not over.
 
     With ``rt`` the auto-retry policy applies and a pause's reason names the kept checkpoint."""
-    decision = decide(JobStatus(run.status), attempt.nodes)
+    nodes = attempt.node_records()
+    decision = decide(JobStatus(run.status), nodes)
     if decision is None:
         return None
     attempt.ended_at = utcnow()
@@ -197,28 +198,12 @@ def finish_attempt(
         statemachine.transition(
             session, run, JobStatus.QUEUED, reason=verdict.note, actor="auto-retry"
         )
-    nodes = attempt.nodes.values()
-    stop_refs = [n["ref"] for n in nodes if n.get("ref") and n.get("state") != EXITED]
-    kill_refs = [n["ref"] for n in nodes if n.get("ref") and n.get("lost")]
+    stop_refs = [n.live_ref for n in nodes.values() if n.live_ref]
+    kill_refs = [n.ref for n in nodes.values() if n.ref and n.lost]
     return Outcome(True, f"run {run.id} {run.status}", stop_refs, ended=True, kill_refs=kill_refs)
 
 
 # ---- runner events -----------------------------------------------------------------------------
-
-
-def record_exit(
-    node: dict[str, object],
-    exit_code: int | None,
-    *,
-    lost: bool = False,
-    end_reason: str | None = None,
-    why: str = "",
-) -> None:
-    node.update(state=EXITED, exit_code=exit_code, lost=lost)
-    if end_reason:
-        node["end_reason"] = end_reason
-    if why:
-        node["why"] = why
 
 
 def apply_event(
@@ -228,36 +213,33 @@ def apply_event(
     attempt = run.current
     if attempt is None or ev.attempt != run.current_attempt or attempt.ended_at is not None:
         return Outcome(False, f"attempt {ev.attempt} of run {run.id} is not running; ignored")
-    nodes = attempt.nodes
-    node = nodes.get(str(ev.node_rank))
+    rank = ev.node_rank
+    node = attempt.node_records().get(rank)
     if node is None:
-        return Outcome(False, f"attempt {ev.attempt} has no node {ev.node_rank}; ignored")
-    if node.get("state") == EXITED:
-        return Outcome(False, f"node {ev.node_rank} already exited; ignored")
-    actor = f"runner:{ev.node_rank}"
+        return Outcome(False, f"attempt {ev.attempt} has no node {rank}; ignored")
+    actor = f"runner:{rank}"
     now = utcnow()
-    node["beat"] = now.timestamp()  # any event proves the runner is alive
+    event = NodeEvent(ev.event)
+    exit_code = (ev.exit_code if ev.exit_code is not None else -1) if ev.event == "exited" else None
+    # Any event proves the runner is alive: its beat is stamped with the event.
+    recorded = statemachine.node_event(
+        attempt, rank, event, exit_code=exit_code, end_reason=ev.end_reason, beat=now.timestamp()
+    )
+    if recorded is None:
+        if node.exited:
+            return Outcome(False, f"node {rank} already exited; ignored")
+        return Outcome(False, f"node {rank} is {node.state.value}; {ev.event} ignored")
     attempt.heartbeat_at = now
-    if ev.event == "heartbeat":
-        attempt.set_nodes(nodes)
-        return Outcome(True, f"node {ev.node_rank} beats")
-    if ev.event == "exited":
-        record_exit(
-            node,
-            ev.exit_code if ev.exit_code is not None else -1,
-            end_reason=ev.end_reason.value if ev.end_reason else None,
-        )
-        attempt.set_nodes(nodes)
+    if event is NodeEvent.HEARTBEAT:
+        return Outcome(True, f"node {rank} beats")
+    if event is NodeEvent.EXITED:
         outcome = finish_attempt(session, run, attempt, actor, rt=rt)
-        return outcome or Outcome(True, f"node {ev.node_rank} exited")
-    if node.get("state") != "running":
-        node["state"] = ev.event
-    attempt.set_nodes(nodes)
-    if ev.event == "running" and run.status == JobStatus.STARTING:
+        return outcome or Outcome(True, f"node {rank} exited")
+    if event is NodeEvent.RUNNING and run.status == JobStatus.STARTING:
         statemachine.transition(
             session, run, JobStatus.RUNNING, reason="the entrypoint runs", actor=actor
         )
-    return Outcome(True, f"node {ev.node_rank} {ev.event}")
+    return Outcome(True, f"node {rank} {ev.event}")
 
 
 def handle(rt: Runtime, run_id: str, token: str | None, ev: LifecycleEvent) -> Outcome:
@@ -278,7 +260,7 @@ def publish_beacon(rt: Runtime) -> None:
     beacon = ControlPlane(
         url=rt.url, heartbeat_s=rt.settings.heartbeat_s, pid=os.getpid(), started_at=rt.started_at
     )
-    write_json_atomic(rt.storage.root / CONTROL_PLANE_FILE, beacon.model_dump(mode="json"))
+    write_json_atomic(rt.storage.layout.beacon, beacon.model_dump(mode="json"))
 
 
 def act_on(rt: Runtime, outcome: Outcome) -> None:
@@ -286,8 +268,8 @@ def act_on(rt: Runtime, outcome: Outcome) -> None:
     grace = rt.settings.stop_grace_s if outcome.grace_s is None else outcome.grace_s
     for ref in outcome.stop_refs:
         rt.executor.stop(ref, grace)
-    kill = getattr(rt.executor, "kill", None)  # optional: for groups that outlive their runner
-    for ref in outcome.kill_refs if callable(kill) else []:
-        kill(ref)  # whatever a lost runner left behind must not train on
+    if isinstance(rt.executor, SupportsKill):  # for groups that outlive their runner
+        for ref in outcome.kill_refs:
+            rt.executor.kill(ref)  # whatever a lost runner left behind must not train on
     if outcome.ended:
         rt.wake_scheduler()

@@ -124,17 +124,19 @@ def _upsert(session: Session, rows: list[Point]) -> None:
     connection.exec_driver_sql(sql, rows)
 
 
-def _merge_json(current: str, update: dict[str, Any] | None, what: str) -> str:
+def _merge_json(
+    current: dict[str, Any] | None, update: dict[str, Any] | None, what: str
+) -> dict[str, Any]:
     if not update:
-        return current
-    merged = {**json.loads(current or "{}"), **update}
+        return current or {}
+    merged = {**(current or {}), **update}
     text = json.dumps(merged, sort_keys=True, default=str)
     if len(text) > MAX_META_BYTES:
         raise UsageError(
             f"the run's {what} would exceed {MAX_META_BYTES} bytes",
             hint=f"log fewer or shorter {what}",
         )
-    return text
+    return dict(json.loads(text))
 
 
 def ingest(rt: Runtime, run_id: str, token: str | None, body: IngestRequest) -> IngestAck:
@@ -151,10 +153,10 @@ def ingest(rt: Runtime, run_id: str, token: str | None, body: IngestRequest) -> 
             _upsert(session, rows)
         meta = session.get(RunMeta, run_id)
         if meta is None:
-            meta = RunMeta(run_id=run_id, hparams_json="{}", meta_json="{}")
+            meta = RunMeta(run_id=run_id, hparams={}, meta={})
             session.add(meta)
-        meta.hparams_json = _merge_json(meta.hparams_json, body.hparams, "hyperparameters")
-        meta.meta_json = _merge_json(meta.meta_json, body.meta, "metadata")
+        meta.hparams = _merge_json(meta.hparams, body.hparams, "hyperparameters")
+        meta.meta = _merge_json(meta.meta, body.meta, "metadata")
         if rows:
             top = max(r[2] for r in rows)
             meta.last_step = top if meta.last_step is None else max(meta.last_step, top)

@@ -57,18 +57,23 @@ _ACTIVE = [s.value for s in ACTIVE]
 # ---- quotas -----------------------------------------------------------------------------------
 
 
+def _loads(value: Any) -> Any:
+    """A JSON column's value: parsed by SQLAlchemy, or still text when read by the raw cursor."""
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
 def _quota(
     max_gpus: int | None,
-    per_series_json: str | None,
+    per_series: Any,
     max_runs: int | None,
-    allowed_json: str | None,
+    allowed: Any,
     priority: int,
 ) -> Quota:
     return Quota(
         max_gpus=max_gpus,
-        max_gpus_per_series=json.loads(per_series_json or "{}"),
+        max_gpus_per_series=_loads(per_series) or {},
         max_runs=max_runs,
-        allowed_profiles=json.loads(allowed_json) if allowed_json else None,
+        allowed_profiles=_loads(allowed),
         priority=priority,
     )
 
@@ -76,9 +81,9 @@ def _quota(
 def _from_row(row: QuotaRow) -> Quota:
     return _quota(
         row.max_gpus,
-        row.max_gpus_per_series_json,
+        row.max_gpus_per_series,
         row.max_runs,
-        row.allowed_profiles_json,
+        row.allowed_profiles,
         row.priority,
     )
 
@@ -185,10 +190,10 @@ def set_quota(rt: Runtime, admin: str, user: str, body: QuotaUpdate) -> UserQuot
                 row = QuotaRow(user=user)
                 session.add(row)
             row.max_gpus = new.max_gpus
-            row.max_gpus_per_series_json = json.dumps(new.max_gpus_per_series, sort_keys=True)
+            row.max_gpus_per_series = dict(new.max_gpus_per_series)
             row.max_runs = new.max_runs
-            row.allowed_profiles_json = (
-                json.dumps(new.allowed_profiles) if new.allowed_profiles is not None else None
+            row.allowed_profiles = (
+                list(new.allowed_profiles) if new.allowed_profiles is not None else None
             )
             row.priority = new.priority
             row.updated_at = utcnow()
@@ -237,7 +242,7 @@ def list_all(rt: Runtime, admin: str) -> QuotaList:
 
 
 _HOLDINGS = (
-    select(Run.id, Run.user, Attempt.allocation_json)
+    select(Run.id, Run.user, Attempt.allocation)
     .join(Attempt, Attempt.run_id == Run.id)
     .where(
         Run.status.in_(_ACTIVE),
@@ -245,15 +250,15 @@ _HOLDINGS = (
         Attempt.ended_at.is_(None),
     )
 )
-_QUEUE = select(Run.id, Run.user, Run.priority, Run.created_at, Run.pools_json, Run.reason).where(
+_QUEUE = select(Run.id, Run.user, Run.priority, Run.created_at, Run.pools, Run.reason).where(
     Run.status == JobStatus.QUEUED.value
 )
 _QUOTAS = select(
     QuotaRow.user,
     QuotaRow.max_gpus,
-    QuotaRow.max_gpus_per_series_json,
+    QuotaRow.max_gpus_per_series,
     QuotaRow.max_runs,
-    QuotaRow.allowed_profiles_json,
+    QuotaRow.allowed_profiles,
     QuotaRow.priority,
 )
 _SQL: dict[tuple[str, int], str] = {}
@@ -263,7 +268,7 @@ def _to_holdings(rows: Iterable[Sequence[Any]]) -> list[scheduler.Holding]:
     return [
         scheduler.Holding(run_id, user, str(slot["node"]), tuple(slot["gpus"]))
         for run_id, user, allocation in rows
-        for slot in json.loads(allocation or "[]")
+        for slot in _loads(allocation) or []
     ]
 
 
@@ -415,11 +420,12 @@ def read_snapshot(rt: Runtime) -> Snapshot:
     for user, *limits in quotas:
         snap.limits[user] = scheduler.Limits.of(_quota(*limits))
     shapes: dict[str, scheduler.QueuedRun] = {}  # most runs share a few shapes: derive each once
-    for run_id, user, priority, created_at, pools_json, reason in queue:
-        shape = shapes.get(pools_json)
+    for run_id, user, priority, created_at, pools_value, reason in queue:
+        key = pools_value if isinstance(pools_value, str) else json.dumps(pools_value)
+        shape = shapes.get(key)
         if shape is None:
-            pools = tuple(Pool.model_validate(p) for p in json.loads(pools_json or "[]"))
-            shape = shapes[pools_json] = scheduler.QueuedRun("", "", 0, _EPOCH, pools)
+            pools = tuple(Pool.model_validate(p) for p in _loads(pools_value) or [])
+            shape = shapes[key] = scheduler.QueuedRun("", "", 0, _EPOCH, pools)
         snap.queue.append(shape.like(run_id, user, priority, _when(created_at)))
         snap.reasons[run_id] = reason
     return snap

@@ -35,8 +35,12 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from starforge.contract.errors import StarForgeError
-from starforge.contract.states import EndReason, JobStatus
+from starforge.contract.layout import RunLayout
+from starforge.contract.nodes import NodeRecord
+from starforge.contract.states import EndReason, JobStatus, NodeEvent, NodeState
+from starforge.server import statemachine
 from starforge.server.db.models import Attempt, Run, utcnow
+from starforge.server.executors.base import SupportsAdopt, SupportsReap
 from starforge.server.runtime import Runtime
 from starforge.server.services import dispatch, lifecycle
 
@@ -53,7 +57,7 @@ class Act(StrEnum):
 
 @dataclass(frozen=True)
 class NodeFacts:
-    state: str  # the node's record: pending|started|starting|running|exited
+    state: NodeState  # the node's recorded state
     ref: str | None
     alive: bool | None  # the executor's view of ref; None = it could not tell
     exit_record: dict[str, Any] | None
@@ -76,14 +80,14 @@ class Clock:
 class Verdict:
     act: Act
     exit_code: int | None = None
-    end_reason: str | None = None
+    end_reason: EndReason | None = None
     why: str = ""
     ref: str | None = None
 
 
 def judge_node(f: NodeFacts, clock: Clock) -> Verdict:
     """What to do about one node, from facts alone (no I/O: property-tested)."""
-    if f.state == lifecycle.EXITED:
+    if f.state is NodeState.EXITED:
         return Verdict(Act.LEAVE)
     if f.exit_record is not None:
         written = f.exit_record.get("at")
@@ -91,13 +95,12 @@ def judge_node(f: NodeFacts, clock: Clock) -> Verdict:
         if f.alive is True and fresh:
             # A live runner is delivering its own reports (in order: `running`, then `exited`).
             return Verdict(Act.LEAVE)
-        reason = f.exit_record.get("end_reason")
-        return Verdict(Act.EXIT, int(f.exit_record["exit_code"]), str(reason) if reason else None)
+        return Verdict(Act.EXIT, int(f.exit_record["exit_code"]), _end_reason(f.exit_record))
     if f.ref is None:
         if f.adoptable is not None:
             return Verdict(Act.ADOPT, ref=f.adoptable)
         why = "its runner was never started (the server stopped while starting it)"
-        return Verdict(Act.LOST, end_reason=EndReason.STARTUP_FAILED.value, why=why)
+        return Verdict(Act.LOST, end_reason=EndReason.STARTUP_FAILED, why=why)
     if f.alive is None:
         return Verdict(Act.LEAVE)
     if not f.alive:
@@ -109,6 +112,14 @@ def judge_node(f: NodeFacts, clock: Clock) -> Verdict:
     if clock.overdue:
         return Verdict(Act.FORCE)
     return Verdict(Act.LEAVE)
+
+
+def _end_reason(record: dict[str, Any]) -> EndReason | None:
+    """The end reason an exit record names; one this server does not know counts as none."""
+    try:
+        return EndReason(str(record["end_reason"])) if record.get("end_reason") else None
+    except ValueError:
+        return None
 
 
 # ---- gathering facts ---------------------------------------------------------------------------
@@ -123,35 +134,31 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def runner_record_path(run_dir: Path, attempt: int, rank: int) -> Path:
-    return run_dir / "state" / f"attempt-{attempt}.node-{rank}.runner.json"
+    return RunLayout(run_dir).runner_record(attempt, rank)
 
 
-def _facts(rt: Runtime, run_dir: Path, number: int, rank: str, node: dict[str, Any]) -> NodeFacts:
-    ref = node.get("ref")
-    state = str(node.get("state", "pending"))
-    if state == lifecycle.EXITED:
-        return NodeFacts(state, ref, None, None, None, None)
+def _facts(rt: Runtime, run_dir: Path, number: int, rank: int, node: NodeRecord) -> NodeFacts:
+    if node.exited:
+        return NodeFacts(node.state, node.ref, None, None, None, None)
     alive: bool | None = None
     adoptable: str | None = None
-    if ref is not None:
+    if node.ref is not None:
         try:
-            alive = rt.executor.is_alive(str(ref))
+            alive = rt.executor.is_alive(node.ref)
         except StarForgeError:
-            log.exception("cannot check %s", ref)
-    else:
-        adopt = getattr(rt.executor, "adopt", None)
-        record = _read_json(runner_record_path(run_dir, number, int(rank)))
-        if callable(adopt) and record is not None:
-            adoptable = adopt(record)
-    record_path = rt.storage.exit_record_path(run_dir, number, int(rank))
-    beat = node.get("beat")
+            log.exception("cannot check %s", node.ref)
+    elif isinstance(rt.executor, SupportsAdopt):
+        record = _read_json(runner_record_path(run_dir, number, rank))
+        if record is not None:
+            adoptable = rt.executor.adopt(record)
+    record_path = rt.storage.exit_record_path(run_dir, number, rank)
     return NodeFacts(
-        state=state,
-        ref=ref,
+        state=node.state,
+        ref=node.ref,
         alive=alive,
         exit_record=rt.storage.read_exit_record(record_path),
         adoptable=adoptable,
-        beat=float(beat) if isinstance(beat, int | float) else None,
+        beat=node.beat,
     )
 
 
@@ -179,41 +186,42 @@ def reconcile_attempt(
         overdue=_overdue(rt, run, now),
     )
     run_dir = dispatch.run_dir_of(rt, run)
-    nodes = attempt.nodes
     changed, kill, force = False, [], []
-    for rank, node in nodes.items():
+    for rank, node in attempt.node_records().items():
         verdict = judge_node(_facts(rt, run_dir, attempt.number, rank, node), clock)
         if verdict.act is Act.LEAVE:
             continue
         if verdict.act is Act.FORCE:
-            force.append(str(node["ref"]))
+            force.append(str(node.ref))
             continue
-        changed = True
+        changed |= _record(attempt, rank, verdict) is not None
         if verdict.act is Act.ADOPT:
-            node.update(ref=verdict.ref, state="started")
             log.info(
                 "run %s attempt %s node %s adopted as %s", run.id, attempt.number, rank, verdict.ref
             )
-        elif verdict.act is Act.EXIT:
-            lifecycle.record_exit(node, verdict.exit_code, end_reason=verdict.end_reason)
-        else:
-            lifecycle.record_exit(
-                node, None, lost=True, end_reason=verdict.end_reason, why=verdict.why
-            )
-            if node.get("ref"):
-                kill.append(str(node["ref"]))
+        elif verdict.act is Act.LOST and node.ref:
+            kill.append(node.ref)
     if not changed:
         return lifecycle.Outcome(True, "forced", kill_refs=force) if force else None
-    attempt.set_nodes(nodes)
-    if any(n.get("ref") for n in nodes.values()):
-        attempt.executor_ref = ",".join(
-            str(nodes[r]["ref"]) for r in sorted(nodes, key=int) if nodes[r].get("ref")
-        )
     outcome = lifecycle.finish_attempt(session, run, attempt, "reconciler", rt=rt)
     if outcome is None:
         return lifecycle.Outcome(True, "nodes updated", kill_refs=kill + force)
     outcome.kill_refs = sorted({*outcome.kill_refs, *kill, *force})
     return outcome
+
+
+def _record(attempt: Attempt, rank: int, verdict: Verdict) -> NodeRecord | None:
+    """Write one verdict on a node through the state machine (None: the table rejected it)."""
+    event = {Act.ADOPT: NodeEvent.ADOPTED, Act.EXIT: NodeEvent.EXITED, Act.LOST: NodeEvent.LOST}
+    return statemachine.node_event(
+        attempt,
+        rank,
+        event[verdict.act],
+        ref=verdict.ref,
+        exit_code=verdict.exit_code,
+        end_reason=verdict.end_reason,
+        why=verdict.why,
+    )
 
 
 def reconcile(rt: Runtime) -> None:
@@ -226,6 +234,5 @@ def reconcile(rt: Runtime) -> None:
                 outcomes.append(outcome)
     for outcome in outcomes:
         lifecycle.act_on(rt, outcome)
-    reap = getattr(rt.executor, "reap", None)
-    if callable(reap):
-        reap()
+    if isinstance(rt.executor, SupportsReap):
+        rt.executor.reap()

@@ -1,7 +1,7 @@
 """Blob ownership: which user has uploaded which digest (existence is answered per user).
 
 Revision ID: 0007_user_blobs
-Revises: 0005_merge
+Revises: 0006_json_columns
 Create Date: 2025-01-07
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0007_user_blobs"
-down_revision = "0005_merge"
+down_revision = "0006_json_columns"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,126 @@
+"""The files of the storage root and of a run: the one place their names are spelled.
+
+The server writes a run's directory, the runner reads and writes inside it, the report SDK spools
+under its ``out`` dir and every one of them finds the control plane through the root's beacon.
+They agree on these names through :class:`StorageLayout` and :class:`RunLayout` and nothing
+else. Pure path arithmetic: nothing here touches the disk, so the CLI's ``--dry-run`` can name
+the paths of a run on a root it has never seen (``<storage>``)::
+
+    <root>/control-plane.json                          the beacon (rewritten by each server start)
+    <root>/blobs/sha256/<2 hex>/<62 hex>               content-addressed files
+    <root>/cache/datasets/<owner>/<name>/<version>/    datasets pulled for runs
+    <root>/runs/<user>/<project>/<experiment>/<run_id>/
+        work/                                          the unpacked package
+        work/.starforge-unpacked.json                  which manifest the work dir holds
+        out/                                           checkpoints, exports, eval reports
+        out/.starforge/report-spool/                   the report SDK's unsent points
+        logs/attempt-<n>.log                           node 0's log
+        logs/attempt-<n>.node-<r>.log                  node r's log (r > 0)
+        state/run.json                                 the run's spec and manifest
+        state/attempt-<n>.node-<r>.binding.json        what the server resolved for the node
+        state/attempt-<n>.node-<r>.runner.json         who runs the node (pid, process group)
+        state/attempt-<n>.node-<r>.exit.json           how the node ended
+        state/attempt-<n>.node-<r>.events/             the runner's unsent lifecycle reports
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from starforge.contract.names import check_name
+
+CONTROL_PLANE_FILE = "control-plane.json"
+UNPACKED_MARKER = ".starforge-unpacked.json"
+REPORT_SPOOL = ".starforge/report-spool"  # under a run's out dir (the job writes only there)
+RUN_SUBDIRS = ("work", "out", "logs", "state")
+
+
+@dataclass(frozen=True)
+class StorageLayout:
+    """Where things live under one storage root (the same path on every node)."""
+
+    root: Path
+
+    @property
+    def beacon(self) -> Path:
+        """The control plane's address, for runners and jobs that outlive a server start."""
+        return self.root / CONTROL_PLANE_FILE
+
+    def blob(self, digest: str) -> Path:
+        """A content-addressed file; ``digest`` must already be a checked sha256 hex string."""
+        return self.root / "blobs" / "sha256" / digest[:2] / digest[2:]
+
+    def dataset_cache(self, owner: str, name: str, version: str) -> Path:
+        return self.root / "cache" / "datasets" / owner / name / version
+
+    def run(self, user: str, project: str, experiment: str, run_id: str) -> RunLayout:
+        """The run's layout; every part must be a safe name (no ``..``, no ``/``)."""
+        parts = (
+            check_name("user", user),
+            check_name("project", project),
+            check_name("experiment", experiment),
+            check_name("run", run_id),
+        )
+        return RunLayout(self.root.joinpath("runs", *parts))
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """Every file of one run, relative to its directory."""
+
+    dir: Path
+
+    @property
+    def work(self) -> Path:
+        return self.dir / "work"
+
+    @property
+    def unpacked_marker(self) -> Path:
+        return self.work / UNPACKED_MARKER
+
+    @property
+    def out(self) -> Path:
+        return self.dir / "out"
+
+    @property
+    def report_spool(self) -> Path:
+        return self.out / REPORT_SPOOL
+
+    @property
+    def logs(self) -> Path:
+        return self.dir / "logs"
+
+    @property
+    def state(self) -> Path:
+        return self.dir / "state"
+
+    @property
+    def subdirs(self) -> tuple[Path, ...]:
+        return tuple(self.dir / sub for sub in RUN_SUBDIRS)
+
+    @property
+    def run_json(self) -> Path:
+        return self.state / "run.json"
+
+    def log(self, attempt: int, node_rank: int = 0) -> Path:
+        # Node 0 keeps the short name: single-node runs (the common case) read naturally.
+        if node_rank == 0:
+            return self.logs / f"attempt-{attempt}.log"
+        return self.logs / f"attempt-{attempt}.node-{node_rank}.log"
+
+    def _node_file(self, attempt: int, node_rank: int, suffix: str) -> Path:
+        return self.state / f"attempt-{attempt}.node-{node_rank}.{suffix}"
+
+    def binding(self, attempt: int, node_rank: int) -> Path:
+        return self._node_file(attempt, node_rank, "binding.json")
+
+    def runner_record(self, attempt: int, node_rank: int) -> Path:
+        return self._node_file(attempt, node_rank, "runner.json")
+
+    def exit_record(self, attempt: int, node_rank: int) -> Path:
+        return self._node_file(attempt, node_rank, "exit.json")
+
+    def events_spool(self, attempt: int, node_rank: int) -> Path:
+        """A folder per node and attempt: a later attempt never replays an older one's reports."""
+        return self._node_file(attempt, node_rank, "events")

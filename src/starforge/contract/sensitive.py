@@ -1,0 +1,202 @@
+"""The one sensitive-file policy: what may never travel in a job package.
+
+Credentials must not enter a package (the platform passes them to jobs through its own secret
+channel), so the packer applies this policy to every file it packs, tracked or not, and admission
+applies it again to every manifest it is sent, whichever client wrote it. Two pure checks:
+
+- :func:`check_path` looks at a lab-relative path: well-known credential file names and
+  extensions (``.env``, ``id_rsa``, ``*.pem``, ``service-account*.json``, ``kubeconfig`` …) and
+  folders that only ever hold credentials (``.ssh/``, ``.aws/``, ``.kube/``, ``.docker/``,
+  ``secrets/`` …). Case-insensitive; it fails closed.
+- :func:`check_content` looks at the first :data:`HEAD_BYTES` bytes of a file for signatures that
+  only credentials have: a PEM private-key header and the shapes of common tokens (Hugging Face,
+  GitHub, OpenAI-style ``sk-``, AWS access keys, Slack; a W&B or AWS secret key only where it is
+  labelled as one). The patterns are narrow on purpose: ``tokenizer.json``, ``keys.py`` and
+  training data with the word "token" in it are fine.
+
+A finding is never lifted by a flag and never by renaming: a key under a harmless name is caught
+by its content.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from pathlib import PurePosixPath
+
+from starforge.contract.errors import SensitiveFiles
+from starforge.contract.jobspec import Manifest
+
+HEAD_BYTES = 64 * 1024  # how much of each file check_content reads: keys and tokens sit early
+
+HINT = (
+    "keep credentials out of the lab; pass them to jobs through the platform's secret channel "
+    "(see docs/security.md) — do not rename them (--allow-dirty does not lift this)"
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Why one file may not travel: ``rule`` is stable (for scripts), ``reason`` is for people."""
+
+    rule: str
+    reason: str
+
+
+# Exact base names (lower case) of files that hold credentials.
+SENSITIVE_NAMES: dict[str, str] = {
+    ".env": "an environment file",
+    ".envrc": "an environment file",
+    ".netrc": "a netrc credentials file",
+    "_netrc": "a netrc credentials file",
+    ".pgpass": "a PostgreSQL password file",
+    ".git-credentials": "a git credentials file",
+    ".npmrc": "an npm credentials file",
+    ".pypirc": "a PyPI credentials file",
+    ".dockercfg": "a Docker credentials file",
+    ".htpasswd": "a password file",
+    "kubeconfig": "a Kubernetes config",
+    "token.txt": "a token file",
+    "api_key.txt": "an API key file",
+}
+# Globs on the base name (lower case).
+SENSITIVE_GLOBS: tuple[tuple[str, str], ...] = (
+    (".env.*", "an environment file"),
+    ("*.pem", "a PEM key or certificate"),
+    ("*.key", "a key file"),
+    ("*.p12", "a PKCS#12 key store"),
+    ("*.pfx", "a PKCS#12 key store"),
+    ("*.jks", "a Java key store"),
+    ("*.keystore", "a key store"),
+    ("*.ppk", "a PuTTY private key"),
+    ("*.tfstate", "a Terraform state (holds secrets)"),
+    ("id_rsa*", "an SSH key"),
+    ("id_dsa*", "an SSH key"),
+    ("id_ecdsa*", "an SSH key"),
+    ("id_ed25519*", "an SSH key"),
+    ("secrets.*", "a secrets file"),
+    ("*.secret", "a secrets file"),
+    ("hf_token*", "a Hugging Face token file"),
+    ("*credentials*.json", "a credentials file"),
+    ("service-account*.json", "a cloud service-account key"),
+    ("service_account*.json", "a cloud service-account key"),
+    ("kubeconfig*", "a Kubernetes config"),
+    ("*.kubeconfig", "a Kubernetes config"),
+    ("*token*.txt", "a token file"),
+)
+# Folders (any component, lower case) that only ever hold credentials: ``.aws/credentials``,
+# ``.kube/config``, ``.docker/config.json``, ``.ssh/id_*`` and ``secrets/…`` are all caught here.
+SENSITIVE_DIRS: dict[str, str] = {
+    ".ssh": "an SSH folder",
+    ".aws": "an AWS credentials folder",
+    ".kube": "a Kubernetes config folder",
+    ".docker": "a Docker credentials folder",
+    ".gnupg": "a GnuPG key folder",
+    ".azure": "an Azure credentials folder",
+    "gcloud": "a Google Cloud credentials folder",
+    "secrets": "a secrets folder",
+    ".secrets": "a secrets folder",
+}
+
+# Content signatures: (rule, reason, pattern). Each must match only what is a credential.
+_SIGNATURES: tuple[tuple[str, str, re.Pattern[bytes]], ...] = (
+    (
+        "content.private_key",
+        "a private key (PEM header)",
+        re.compile(rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"),
+    ),
+    ("content.putty_key", "a PuTTY private key", re.compile(rb"PuTTY-User-Key-File-\d")),
+    (
+        "content.service_account",
+        "a cloud service-account key",
+        re.compile(rb'"type"\s*:\s*"service_account"'),
+    ),
+    ("content.hf_token", "a Hugging Face token", re.compile(rb"\bhf_[A-Za-z0-9]{30,}\b")),
+    (
+        "content.github_token",
+        "a GitHub token",
+        re.compile(rb"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{40,})\b"),
+    ),
+    (
+        "content.openai_key",
+        "an API secret key (sk-…)",
+        re.compile(rb"\bsk-(?:[a-z]+-)?[A-Za-z0-9_-]{32,}"),
+    ),
+    ("content.aws_key", "an AWS access key", re.compile(rb"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
+    ("content.slack_token", "a Slack token", re.compile(rb"\bxox[abposr]-[0-9A-Za-z-]{10,}")),
+    (
+        "content.wandb_key",
+        "a W&B API key",
+        re.compile(rb"(?i)wandb[_-]?api[_-]?key[\"']?\s*[:=]\s*[\"']?[0-9a-f]{40}\b"),
+    ),
+    (
+        "content.aws_secret",
+        "an AWS secret key",
+        re.compile(rb"(?i)aws_secret_access_key[\"']?\s*[:=]\s*[\"']?[A-Za-z0-9/+]{40}"),
+    ),
+)
+
+
+def check_path(path: str) -> Finding | None:
+    """A finding when a lab-relative POSIX path names a credential file or folder."""
+    parts = [p.lower() for p in PurePosixPath(path).parts]
+    if not parts:
+        return None
+    name = parts[-1]
+    for folder in parts[:-1]:
+        if folder in SENSITIVE_DIRS:
+            return Finding(f"dir:{folder}", f"inside {SENSITIVE_DIRS[folder]} ({folder}/)")
+    if name in SENSITIVE_NAMES:
+        return Finding(f"name:{name}", SENSITIVE_NAMES[name])
+    for glob, reason in SENSITIVE_GLOBS:
+        if fnmatchcase(name, glob):
+            return Finding(f"name:{glob}", reason)
+    return None
+
+
+def check_content(data: bytes) -> Finding | None:
+    """A finding when the first :data:`HEAD_BYTES` of a file carry a credential's signature."""
+    head = data[:HEAD_BYTES]
+    for rule, reason, pattern in _SIGNATURES:
+        if pattern.search(head):
+            return Finding(rule, f"content: {reason}")
+    return None
+
+
+def refuse(findings: dict[str, Finding], *, extra_hint: str = "") -> None:
+    """Raise :class:`SensitiveFiles` naming every file and why; nothing when there is none."""
+    if not findings:
+        return
+    paths = sorted(findings)
+    listed = "; ".join(f"{p} ({findings[p].reason})" for p in paths)
+    raise SensitiveFiles(
+        f"refusing to package {len(paths)} file(s) that must not travel: {listed}",
+        hint=HINT + extra_hint,
+        details={
+            "files": paths,
+            "reasons": {p: findings[p].reason for p in paths},
+            "rules": {p: findings[p].rule for p in paths},
+        },
+    )
+
+
+def refuse_manifest(
+    manifest: Manifest, read_head: Callable[[str], bytes | None] | None = None
+) -> None:
+    """Admission's re-check: every path (and link target) by name, every content ``read_head``
+    can give (``read_head(sha256)`` returns a blob's first bytes, or None when absent)."""
+    findings: dict[str, Finding] = {}
+    heads: dict[str, Finding | None] = {}
+    for entry in manifest.files:
+        target = entry.link_target
+        found = check_path(entry.path) or (check_path(target) if target else None)
+        if found is None and read_head is not None:
+            if entry.sha256 not in heads:
+                data = read_head(entry.sha256)
+                heads[entry.sha256] = check_content(data) if data is not None else None
+            found = heads[entry.sha256]
+        if found is not None:
+            findings[entry.path] = found
+    refuse(findings)
