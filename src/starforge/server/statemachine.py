@@ -109,7 +109,7 @@ def node_event(
     raw = (attempt.nodes or {}).get(str(rank))
     if raw is None:
         return None
-    record = NodeRecord.model_validate(raw)
+    record = NodeRecord.read(raw)
     dst = next_node_state(record.state, event)
     if dst is None:
         return None

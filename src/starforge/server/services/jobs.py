@@ -191,7 +191,7 @@ def stored_spec(run: Run) -> tuple[dict[str, Any], JobSpec | None]:
     """The stored spec as data, and as a JobSpec when it still validates (lenient read)."""
     data = run.spec
     try:
-        return data, JobSpec.model_validate(data)
+        return data, JobSpec.read(data)  # stored data: a newer server may have added fields
     except ValidationError:
         return data, None
 
