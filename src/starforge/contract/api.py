@@ -349,3 +349,35 @@ class ControlPlane(Lenient):
     heartbeat_s: float = 5.0
     pid: int = 0
     started_at: datetime | None = None
+
+
+# ---- the log stream's events (SSE payloads; their event names are the SSE_* constants) ----------
+
+
+class LogEvent(Lenient):
+    """``log``: whole lines of one attempt's log (a line longer than an event is cut)."""
+
+    attempt: int
+    text: str
+
+
+class AttemptEvent(Lenient):
+    """``attempt``: a new attempt's log starts (after a retry or resume)."""
+
+    attempt: int
+
+
+class StatusEvent(Lenient):
+    """``status``: the run's status, first and whenever it changes."""
+
+    status: JobStatus
+    reason: str = ""
+    attempts: int = 0
+
+
+class EndEvent(Lenient):
+    """``end``: the run is final and every byte of its last attempt was sent."""
+
+    status: JobStatus
+    end_reason: EndReason | None = None
+    exit_code: int | None = None

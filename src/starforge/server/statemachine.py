@@ -1,8 +1,11 @@
-"""The only writer of ``runs.status``.
+"""The only writer of ``runs.status`` and ``runs.reason``.
 
 Every status change goes through :func:`transition` (or :func:`admit` for a new run), which checks
 the table in :mod:`starforge.contract.states`, stamps the run's timestamps and appends one row to
 ``events`` in the caller's transaction. The caller commits; nothing here touches an executor.
+Why a run is where it is (``runs.reason``) is written only by :func:`set_reason`: with each status
+change, and for a queued run whenever the scheduler's reason for its wait changes (no event: that
+is not a change of status).
 
 Timestamps: ``started_at`` is the first time the run reached ``running``; ``ended_at`` is set when
 it reaches a terminal status and cleared when ``retry`` sends it back to the queue (together with
@@ -10,6 +13,8 @@ it reaches a terminal status and cleared when ``retry`` sends it back to the que
 """
 
 from __future__ import annotations
+
+from datetime import datetime
 
 from sqlalchemy.orm import Session
 
@@ -24,7 +29,7 @@ def admit(session: Session, run: Run, *, reason: str, actor: str) -> None:
         raise InvalidTransition(f"run {run.id} already has status {run.status}")
     now = utcnow()
     run.status = JobStatus.QUEUED.value
-    run.reason = reason
+    set_reason(run, reason, now)
     run.created_at = run.created_at or now
     run.updated_at = now
     session.add(run)
@@ -49,7 +54,7 @@ def transition(
         )
     now = utcnow()
     run.status = dst.value
-    run.reason = reason
+    set_reason(run, reason, now)
     run.updated_at = now
     if dst is JobStatus.RUNNING and run.started_at is None:
         run.started_at = now
@@ -64,3 +69,12 @@ def transition(
     session.add(
         Event(run_id=run.id, at=now, src=src.value, dst=dst.value, reason=reason, actor=actor)
     )
+
+
+def set_reason(run: Run, reason: str, now: datetime | None = None) -> bool:
+    """Store why ``run`` is where it is; True when that changed (``updated_at`` moves then)."""
+    if run.reason == reason:
+        return False
+    run.reason = reason
+    run.updated_at = now or utcnow()
+    return True
