@@ -3,9 +3,9 @@
 Every status change goes through :func:`transition` (or :func:`admit` for a new run), which checks
 the table in :mod:`starforge.contract.states`, stamps the run's timestamps and appends one row to
 ``events`` in the caller's transaction. The caller commits; nothing here touches an executor.
-Why a run is where it is (``runs.reason``) is written only by :func:`set_reason`: with each status
-change, and for a queued run whenever the scheduler's reason for its wait changes (no event: that
-is not a change of status).
+Why a run is where it is (``runs.reason``) is written only here: by :func:`set_reason` with each
+status change (or for one run the scheduler could not place), and by :func:`set_queued_reasons`
+for the runs a scheduler pass keeps waiting (no event: that is not a change of status).
 
 Timestamps: ``started_at`` is the first time the run reached ``running``; ``ended_at`` is set when
 it reaches a terminal status and cleared when ``retry`` sends it back to the queue (together with
@@ -14,8 +14,10 @@ it reaches a terminal status and cleared when ``retry`` sends it back to the que
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 
+import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from starforge.contract.errors import InvalidTransition
@@ -78,3 +80,17 @@ def set_reason(run: Run, reason: str, now: datetime | None = None) -> bool:
     run.reason = reason
     run.updated_at = now or utcnow()
     return True
+
+
+def set_queued_reasons(session: Session, reasons: Mapping[str, str]) -> None:
+    """Store why each run id waits, for those still queued (one statement for any number: a
+    pass over a long queue may change thousands of reasons at once)."""
+    if not reasons:
+        return
+    table = Run.__table__
+    stmt = (
+        sa.update(table)
+        .where(table.c.id == sa.bindparam("rid"), table.c.status == JobStatus.QUEUED.value)
+        .values(reason=sa.bindparam("why"), updated_at=utcnow())
+    )
+    session.execute(stmt, [{"rid": rid, "why": why} for rid, why in reasons.items()])

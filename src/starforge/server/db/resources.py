@@ -4,7 +4,7 @@
 server's defaults (``quota_defaults`` in the settings), so changing the defaults changes every
 such user at once. A row is complete (it never stores a difference from the defaults), so a user
 with a row keeps exactly what the admin set even when the defaults change. JSON columns are text,
-parsed by :mod:`starforge.server.services.quota`, like the rest of the schema.
+parsed by :mod:`starforge.server.services.quotas`, like the rest of the schema.
 """
 
 from __future__ import annotations

@@ -10,12 +10,12 @@
   A run the latest pass has not seen yet (submitted since) shows its stored reason and its place
   by priority and age; the scheduler loop runs a pass on every wake-up, so that is brief.
 * Storing: :func:`save_reasons` writes each waiting run's one-line reason when it changed, through
-  :func:`starforge.server.statemachine.set_reason`, the one writer of ``runs.reason``.
+  :func:`starforge.server.statemachine.set_queued_reasons` (``statemachine`` is the one writer
+  of ``runs.reason``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from collections.abc import Iterable, Sequence
@@ -25,7 +25,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session, load_only
+from sqlalchemy.orm import Session
 
 from starforge.contract.api import PendingView, RunView
 from starforge.contract.profiles import Pool
@@ -39,7 +39,6 @@ from starforge.server.services import quotas, scheduler
 REFRESH_S = 10.0  # a full cluster still gets a pass this often: fair share's patience moves runs
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ACTIVE = [s.value for s in ACTIVE]
-_BATCH = 500
 
 HOLDINGS = (
     select(Run.id, Run.user, Attempt.allocation_json)
@@ -103,7 +102,8 @@ class QueuePass:
     """The latest pass's decisions, for views to read instead of planning again."""
 
     decisions: dict[str, scheduler.Decision]
-    queued: int
+    places: dict[str, int]  # each run's place once the pass's starts left the queue
+    queued: int  # how many runs the pass left waiting
     wakeups: int
     at: float  # time.monotonic() of the pass
 
@@ -173,12 +173,12 @@ def decide(rt: Runtime, snap: Snapshot) -> list[scheduler.Decision]:
 def _as_seen_after(decisions: Sequence[scheduler.Decision], wakeups: int) -> QueuePass:
     """The pass as views see it once its starts are committed: the runs it starts have left the
     queue, so each waiting run's place counts only the waiting runs before it."""
-    seen: dict[str, scheduler.Decision] = {}
+    places: dict[str, int] = {}
     waiting = 0
     for d in decisions:
-        seen[d.run_id] = dataclasses.replace(d, position=waiting + 1)
+        places[d.run_id] = waiting + 1
         waiting += 0 if d.starts else 1
-    return QueuePass(seen, waiting, wakeups, time.monotonic())
+    return QueuePass({d.run_id: d for d in decisions}, places, waiting, wakeups, time.monotonic())
 
 
 def save_reasons(rt: Runtime, snap: Snapshot, decisions: Iterable[scheduler.Decision]) -> int:
@@ -188,28 +188,21 @@ def save_reasons(rt: Runtime, snap: Snapshot, decisions: Iterable[scheduler.Deci
         for d in decisions
         if not d.starts and snap.reasons.get(d.run_id) != d.reason
     }
-    ids = list(changed)
-    stored = 0
-    for i in range(0, len(ids), _BATCH):
+    if changed:
         with rt.transaction() as session:
-            rows = session.scalars(
-                select(Run)
-                .options(load_only(Run.id, Run.status, Run.reason, Run.updated_at))
-                .where(Run.id.in_(ids[i : i + _BATCH]), Run.status == JobStatus.QUEUED.value)
-            )
-            stored += sum(statemachine.set_reason(run, changed[run.id]) for run in rows)
-    return stored
+            statemachine.set_queued_reasons(session, changed)
+    return len(changed)
 
 
 # ---- views ---------------------------------------------------------------------------------------
 
 
-def pending_view(d: scheduler.Decision, queued: int) -> PendingView:
+def pending_view(d: scheduler.Decision, position: int, queued: int) -> PendingView:
     message = d.reason
     if d.starts:
         message = f"{d.reason}: the scheduler is starting it"
     return PendingView(
-        position=d.position,
+        position=position,
         queued=queued,
         blocker=d.blocker.value,
         message=message,
@@ -220,11 +213,13 @@ def pending_view(d: scheduler.Decision, queued: int) -> PendingView:
     )
 
 
-def decision(rt: Runtime, run_id: str) -> tuple[scheduler.Decision, int] | None:
-    """The latest pass's decision on a run and the queue's length then, if it saw the run."""
+def decision(rt: Runtime, run_id: str) -> tuple[scheduler.Decision, int, int] | None:
+    """The latest pass's decision on a run, its place and the queue's length after that pass
+    (None when that pass did not see the run)."""
     last = rt.queue_pass
-    found = last.decisions.get(run_id) if last is not None else None
-    return (found, last.queued) if found is not None and last is not None else None
+    if last is None or run_id not in last.decisions:
+        return None
+    return last.decisions[run_id], last.places[run_id], last.queued
 
 
 def explain(rt: Runtime, session: Session, runs: Sequence[tuple[Run, RunView]]) -> None:
@@ -237,7 +232,7 @@ def explain(rt: Runtime, session: Session, runs: Sequence[tuple[Run, RunView]]) 
         if found is None:
             v.queue_position = priority_position(session, run)
             continue
-        v.queue_position = found[0].position
+        v.queue_position = found[1]
         v.pending = pending_view(*found)
         v.reason = v.pending.message
 

@@ -118,7 +118,7 @@ def _brief(rt: Runtime, session: Session, run: Run, nodes: list[str]) -> RunBrie
         if found is None:  # submitted since the latest pass
             position = queue.priority_position(session, run)
         else:
-            position, reason = found[0].position, found[0].reason
+            position, reason = found[1], found[0].reason
     return RunBrief(
         run_id=run.id,
         experiment=f"{run.project}/{run.experiment}",
