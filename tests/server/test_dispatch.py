@@ -9,7 +9,7 @@ from pathlib import Path
 from starforge.contract.env import Binding
 from starforge.server.db.models import Run
 from starforge.server.runtime import Runtime
-from starforge.server.services import dispatch, jobs
+from starforge.server.services import actions, dispatch, jobs
 from starforge.server.services.users import token_digest
 
 from .factories import FakeExecutor, binding, report, run_row, running_run, schedule, submit
@@ -140,7 +140,7 @@ def test_a_stop_that_lands_while_starting_stops_the_started_nodes(
 ) -> None:
     run_id = submit(rt).run_id
     orders = dispatch.schedule_pass(rt)
-    jobs.stop(rt, "alice", run_id)  # before the executor started anything
+    actions.stop(rt, "alice", run_id)  # before the executor started anything
     assert executor.stopped == []
     dispatch.start_attempt(rt, orders[0])
     assert executor.stopped == [executor.started[0][0]]
@@ -176,7 +176,7 @@ def test_a_vanished_runner_of_a_stopping_run_means_it_stopped(
     rt: Runtime, executor: FakeExecutor
 ) -> None:
     run_id = running_run(rt)
-    jobs.stop(rt, "alice", run_id)
+    actions.stop(rt, "alice", run_id)
     executor.die(executor.started[0][0])
     dispatch.reconcile(rt)
     run = run_row(rt, run_id)

@@ -11,7 +11,7 @@ from starforge.contract.errors import AmbiguousRun, RunNotFound
 from starforge.contract.states import EndReason, JobStatus
 from starforge.server.db.models import Event, Run
 from starforge.server.runtime import Runtime
-from starforge.server.services import jobs
+from starforge.server.services import actions, jobs
 
 from .factories import (
     FakeExecutor,
@@ -154,7 +154,7 @@ def test_stop_of_a_queued_run_stops_it_without_starting_it(
     rt: Runtime, executor: FakeExecutor
 ) -> None:
     run_id = submit(rt).run_id
-    result = jobs.stop(rt, "alice", run_id)
+    result = actions.stop(rt, "alice", run_id)
     assert result.accepted and result.status is JobStatus.STOPPED
     assert schedule(rt) == [] and executor.started == []
     run = run_row(rt, run_id)
@@ -165,7 +165,7 @@ def test_stop_of_a_running_run_signals_its_runner_and_waits_for_its_exit(
     rt: Runtime, executor: FakeExecutor
 ) -> None:
     run_id = running_run(rt)
-    result = jobs.stop(rt, "alice", run_id)
+    result = actions.stop(rt, "alice", run_id)
     assert result.accepted and result.status is JobStatus.STOPPING
     assert executor.stopped == [executor.started[0][0]]
     report(rt, run_id, "exited", exit_code=143)
@@ -176,14 +176,14 @@ def test_stop_of_a_running_run_signals_its_runner_and_waits_for_its_exit(
 def test_stop_of_a_starting_run_goes_through_stopping(rt: Runtime, executor: FakeExecutor) -> None:
     run_id = submit(rt).run_id
     schedule(rt)
-    assert jobs.stop(rt, "alice", run_id).status is JobStatus.STOPPING
+    assert actions.stop(rt, "alice", run_id).status is JobStatus.STOPPING
     assert len(executor.stopped) == 1
 
 
 def test_stop_of_a_stopping_run_is_rejected_with_a_reason(rt: Runtime) -> None:
     run_id = running_run(rt)
-    jobs.stop(rt, "alice", run_id)
-    again = jobs.stop(rt, "alice", run_id)
+    actions.stop(rt, "alice", run_id)
+    again = actions.stop(rt, "alice", run_id)
     assert not again.accepted and again.message == f"run {run_id} is already stopping"
 
 
@@ -191,7 +191,7 @@ def test_stop_of_a_stopping_run_is_rejected_with_a_reason(rt: Runtime) -> None:
 def test_stop_of_a_finished_run_is_rejected_with_its_status(rt: Runtime, final: JobStatus) -> None:
     run_id = running_run(rt)
     report(rt, run_id, "exited", exit_code=0 if final is JobStatus.SUCCEEDED else 1)
-    result = jobs.stop(rt, "alice", run_id)
+    result = actions.stop(rt, "alice", run_id)
     assert not result.accepted and result.status is final
     assert result.message == f"run {run_id} already {final.value}"
 
@@ -199,18 +199,18 @@ def test_stop_of_a_finished_run_is_rejected_with_its_status(rt: Runtime, final: 
 def test_stop_of_a_paused_run_stops_it_at_once(rt: Runtime) -> None:
     run_id = running_run(rt)
     force(rt, run_id, JobStatus.PAUSING, JobStatus.PAUSED)
-    assert jobs.stop(rt, "alice", run_id).status is JobStatus.STOPPED
+    assert actions.stop(rt, "alice", run_id).status is JobStatus.STOPPED
 
 
 def test_stop_of_a_pausing_run_goes_through_stopping(rt: Runtime) -> None:
     run_id = running_run(rt)
     force(rt, run_id, JobStatus.PAUSING)
-    assert jobs.stop(rt, "alice", run_id).status is JobStatus.STOPPING
+    assert actions.stop(rt, "alice", run_id).status is JobStatus.STOPPING
 
 
 def test_stop_records_who_stopped_the_run(rt: Runtime) -> None:
     run_id = submit(rt).run_id
-    jobs.stop(rt, "alice", run_id)
+    actions.stop(rt, "alice", run_id)
     with rt.transaction() as session:
         last = session.scalars(select(Event).order_by(Event.id.desc())).first()
         assert last is not None and (last.dst, last.actor) == ("stopped", "alice")

@@ -9,7 +9,7 @@ import pytest
 
 from starforge.contract.errors import NotFound
 from starforge.server.runtime import Runtime
-from starforge.server.services import jobs, logs
+from starforge.server.services import actions, logs
 
 from .factories import report, run_row, running_run, submit
 
@@ -64,7 +64,7 @@ def test_a_queued_run_has_no_log_yet_and_a_stopped_one_is_final(rt: Runtime) -> 
     run_id = submit(rt).run_id
     chunk = read(rt, run_id)
     assert (chunk.attempt, chunk.data, chunk.final) == (0, "", False)
-    jobs.stop(rt, "alice", run_id)
+    actions.stop(rt, "alice", run_id)
     assert read(rt, run_id).final
 
 

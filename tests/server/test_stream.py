@@ -21,7 +21,7 @@ from starforge.contract.api import API_PREFIX, EndEvent, LogEvent, StatusEvent
 from starforge.contract.states import JobStatus
 from starforge.server.app import create_app
 from starforge.server.runtime import Runtime
-from starforge.server.services import jobs, logs, users
+from starforge.server.services import actions, jobs, logs, users
 from starforge.server.settings import Settings
 
 from .factories import (
@@ -169,7 +169,7 @@ def test_a_queued_run_is_followed_until_it_starts(rt: Runtime) -> None:
     async def scenario() -> list[Any]:
         gen = logs.Follower(rt, "alice", waiting, 1, 0).events()
         first = await anext(gen)
-        await asyncio.to_thread(jobs.stop, rt, "alice", waiting)
+        await asyncio.to_thread(actions.stop, rt, "alice", waiting)
         return [first, *[e async for e in gen]]
 
     seen = asyncio.run(scenario())

@@ -27,7 +27,7 @@ from starforge.server.settings import NodeDef, Settings
 from starforge.server.storage import Storage
 
 if TYPE_CHECKING:
-    from starforge.server.services.queue import QueuePass
+    from starforge.server.services.scheduler import QueuePass
 
 
 def free_port() -> int:

@@ -1,5 +1,5 @@
 """Runs as the user sees them: submit, list, get (by id or prefix); user actions (stop, pause,
-resume, retry) live in ``services/actions``.
+resume, retry) live in ``services/actions``, which reads runs through this module.
 
 Submit is idempotent per (user, idempotency key): the first request creates the run, any later
 one returns that run with ``created=False``. The unique constraint on the pair makes this hold
@@ -20,7 +20,6 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
 from starforge.contract.api import (
-    ActionResult,
     AttemptView,
     EventView,
     RunView,
@@ -267,13 +266,3 @@ def list_runs(
 def count_runs(rt: Runtime, user: str) -> int:
     with rt.transaction() as session:
         return int(session.scalar(select(func.count()).where(Run.user == user)) or 0)
-
-
-# ---- stop (moved to services/actions with pause, resume and retry) ----------------------------
-
-
-def stop(rt: Runtime, user: str, ref: str) -> ActionResult:
-    """Stop a run; see :func:`starforge.server.services.actions.stop`."""
-    from starforge.server.services import actions  # actions imports this module
-
-    return actions.stop(rt, user, ref)

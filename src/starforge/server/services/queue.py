@@ -5,8 +5,9 @@
   so a long queue never holds back a submit or a runner's event while it is read.
 * Deciding: :func:`decide` runs the pure pass (:func:`starforge.server.services.scheduler.plan`)
   with every waiting run explained, and keeps the result on the runtime as the latest
-  :class:`QueuePass`. That pass is the only place a plan is computed: views of runs
-  (:func:`explain`, ``sf job ls``, ``GET /runs/{id}``, the log stream's status events) read it.
+  :class:`~starforge.server.services.scheduler.QueuePass`. That pass is the only place a plan
+  is computed: views of runs (:func:`explain`, ``sf job ls``, ``GET /runs/{id}``, the log
+  stream's status events) read it.
   A run the latest pass has not seen yet (submitted since) shows its stored reason and its place
   by priority and age; the scheduler loop runs a pass on every wake-up, so that is brief.
 * Storing: :func:`save_reasons` writes each waiting run's one-line reason when it changed, through
@@ -97,21 +98,6 @@ class Snapshot:
     wakeups: int = 0  # the runtime's wake-up count when the snapshot was read
 
 
-@dataclass(frozen=True)
-class QueuePass:
-    """The latest pass's decisions, for views to read instead of planning again."""
-
-    decisions: dict[str, scheduler.Decision]
-    places: dict[str, int]  # each run's place once the pass's starts left the queue
-    queued: int  # how many runs the pass left waiting
-    wakeups: int
-    at: float  # time.monotonic() of the pass
-
-    def current(self, rt: Runtime) -> bool:
-        """Whether nothing woke the scheduler since, and the pass is recent."""
-        return self.wakeups == rt.wakeups and time.monotonic() - self.at < REFRESH_S
-
-
 def read_snapshot(rt: Runtime) -> Snapshot:
     """Everything one pass reads, as one consistent read that takes no write lock."""
     wakeups = rt.wakeups  # before reading: a wake-up during the read makes the next pass run
@@ -149,7 +135,7 @@ def needs_pass(rt: Runtime) -> bool:
     it runs only when the queue may have changed since the latest pass (a wake-up), or when that
     pass is older than ``REFRESH_S``; else it is skipped without reading the queue."""
     last = rt.queue_pass
-    if last is None or not last.current(rt):
+    if last is None or last.wakeups != rt.wakeups or time.monotonic() - last.at >= REFRESH_S:
         return True
     return any_gpu_free(rt)
 
@@ -166,19 +152,8 @@ def decide(rt: Runtime, snap: Snapshot) -> list[scheduler.Decision]:
         explain_all=True,
         overdue_before=utcnow() - patience,
     )
-    rt.queue_pass = _as_seen_after(decisions, snap.wakeups)
+    rt.queue_pass = scheduler.QueuePass.after(decisions, snap.wakeups, time.monotonic())
     return decisions
-
-
-def _as_seen_after(decisions: Sequence[scheduler.Decision], wakeups: int) -> QueuePass:
-    """The pass as views see it once its starts are committed: the runs it starts have left the
-    queue, so each waiting run's place counts only the waiting runs before it."""
-    places: dict[str, int] = {}
-    waiting = 0
-    for d in decisions:
-        places[d.run_id] = waiting + 1
-        waiting += 0 if d.starts else 1
-    return QueuePass({d.run_id: d for d in decisions}, places, waiting, wakeups, time.monotonic())
 
 
 def save_reasons(rt: Runtime, snap: Snapshot, decisions: Iterable[scheduler.Decision]) -> int:

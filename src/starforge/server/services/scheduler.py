@@ -59,6 +59,7 @@ __all__ = [
     "FreeNode",
     "Holding",
     "Limits",
+    "QueuePass",
     "QueuedRun",
     "Slot",
     "beyond_quota",
@@ -571,3 +572,24 @@ def plan(
                 d.next_event = "when runs ahead of it have started and enough GPUs are free"
         decisions.append(d)
     return decisions
+
+
+@dataclass(frozen=True)
+class QueuePass:
+    """A pass's decisions as views see them once its starts are committed: the runs it starts
+    have left the queue, so each waiting run's place counts only the waiting runs before it."""
+
+    decisions: dict[str, Decision]
+    places: dict[str, int]  # each run's place in the queue the pass left
+    queued: int  # how many runs the pass left waiting
+    wakeups: int  # the runtime's wake-up count when the pass read the queue
+    at: float  # time.monotonic() of the pass
+
+    @classmethod
+    def after(cls, decisions: Sequence[Decision], wakeups: int, at: float) -> QueuePass:
+        places: dict[str, int] = {}
+        waiting = 0
+        for d in decisions:
+            places[d.run_id] = waiting + 1
+            waiting += 0 if d.starts else 1
+        return cls({d.run_id: d for d in decisions}, places, waiting, wakeups, at)
