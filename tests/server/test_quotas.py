@@ -267,3 +267,15 @@ def test_a_full_cluster_is_explained_once_per_change_not_on_every_tick(rt: Runti
     assert not queue.needs_pass(rt)  # nothing changed and nothing is free: skip the next tick
     schedule(rt)
     assert rt.queue_pass is explained
+
+
+def test_reading_the_queue_takes_no_write_lock_while_a_submit_holds_it(rt: Runtime) -> None:
+    waiting = submit(rt, profiles=["h200:16"]).run_id
+    with rt.transaction() as session:  # a writer in the middle of its transaction
+        run = session.get(Run, waiting)
+        assert run is not None
+        run.priority = 5
+        session.flush()
+        snap = queue.read_snapshot(rt)  # would wait for the writer (then fail) under a lock
+        assert [(q.id, q.priority) for q in snap.queue] == [(waiting, 0)]  # the committed state
+    assert [q.priority for q in queue.read_snapshot(rt).queue] == [5]
