@@ -12,29 +12,11 @@ from __future__ import annotations
 
 import ast
 import functools
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 SRC = Path(__file__).resolve().parents[1] / "src"
 ROOT = "starforge"
-
-# Cycles that remain in code other engineers are changing at the same time as this test was
-# written. Each entry is the sorted set of modules of one cycle and who removes it. The test
-# fails on any cycle not listed here, and on any entry here that is no longer a cycle, so this
-# list can only shrink: delete an entry when its cycle is gone.
-KNOWN_CYCLES: dict[frozenset[str], str] = {
-    frozenset({"starforge.server.services.actions", "starforge.server.services.jobs"}): "issue 9, "
-    "server services (the jobs.stop forwarding shim)",
-    frozenset({"starforge.server.services.dispatch", "starforge.server.services.reconcile"}): "H1 "
-    "(the dispatch.reconcile forwarding shim)",
-}
-
-
-class KnownImportCycle(UserWarning):
-    """A cycle listed in KNOWN_CYCLES: shown in every run's warnings until it is removed."""
 
 
 @dataclass(frozen=True)
@@ -194,20 +176,7 @@ def test_the_cycle_finder_reports_a_cycle_and_ignores_a_chain() -> None:
 
 def test_src_starforge_has_no_import_cycles() -> None:
     found, edges = cycles()
-    unexpected = [c for c in found if frozenset(c) not in KNOWN_CYCLES]
-    assert not unexpected, "import cycles:\n" + "\n".join(describe(c, edges) for c in unexpected)
-
-
-@pytest.mark.parametrize(
-    "cycle", sorted(KNOWN_CYCLES, key=sorted), ids=lambda c: "+".join(sorted(c))
-)
-def test_a_known_cycle_listed_for_removal_still_exists(cycle: frozenset[str]) -> None:
-    found, edges = cycles()
-    assert sorted(cycle) in found, f"{sorted(cycle)} is gone: delete it from KNOWN_CYCLES"
-    warnings.warn(
-        KnownImportCycle(f"to remove ({KNOWN_CYCLES[cycle]}): {describe(sorted(cycle), edges)}"),
-        stacklevel=1,
-    )
+    assert not found, "import cycles:\n" + "\n".join(describe(c, edges) for c in found)
 
 
 # DESIGN.md, "Three places code runs": what each place must never import.

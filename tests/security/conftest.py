@@ -25,7 +25,7 @@ from fastapi.testclient import TestClient
 from starforge.contract.api import API_PREFIX
 from starforge.server.app import create_app
 from starforge.server.runtime import Runtime, build_runtime
-from starforge.server.services import quota, users
+from starforge.server.services import users
 from starforge.server.settings import Settings, load_settings
 from tests.server.factories import INVENTORY, PROFILES, TOKENS, FakeExecutor, eventually
 
@@ -62,7 +62,7 @@ def add_users(rt: Runtime) -> None:
     with rt.transaction() as session:
         for name, token in {**TOKENS, "root": ROOT_TOKEN}.items():
             users.ensure_user(session, name, token)
-        quota.make_admin(session, "root")
+        users.make_admin(session, "root")
 
 
 @pytest.fixture

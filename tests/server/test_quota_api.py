@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from starforge.contract.api import API_PREFIX, ClusterStatus, MyUsage, RunView, UserQuota
 from starforge.server.app import create_app
 from starforge.server.runtime import Runtime
-from starforge.server.services import dispatch, quota, users
+from starforge.server.services import dispatch, users
 from starforge.server.settings import Settings
 
 from .factories import TOKENS, FakeExecutor, request
@@ -31,7 +31,7 @@ def client(settings: Settings, executor: FakeExecutor) -> Iterator[TestClient]:
         with rt.transaction() as session:
             for name, token in TOKENS.items():
                 users.ensure_user(session, name, token)
-            quota.make_admin(session, "alice")
+            users.make_admin(session, "alice")
         yield c
 
 
@@ -113,6 +113,7 @@ def test_a_queued_runs_view_carries_its_position_and_why_it_waits(client: TestCl
     holder = submit(client, ALICE, ["h200:16"])
     place_and_start(client)
     waiting = submit(client, BOB, ["h200:8"])
+    place_and_start(client)  # the scheduler's pass explains the queue; views read it
     view = RunView.model_validate(client.get(f"/runs/{waiting}", headers=BOB).json())
     assert view.queue_position == 1 and view.pending is not None
     assert view.pending.next_event == f"when {holder} ends"

@@ -17,12 +17,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from starforge.client.sse import parse
-from starforge.contract.api import API_PREFIX
+from starforge.contract.api import API_PREFIX, StreamEnd, StreamLog, StreamStatus
 from starforge.contract.states import JobStatus
-from starforge.server.api import stream
 from starforge.server.app import create_app
 from starforge.server.runtime import Runtime
-from starforge.server.services import actions, jobs, users
+from starforge.server.services import actions, jobs, logs, users
 from starforge.server.settings import Settings
 
 from .factories import (
@@ -140,7 +139,7 @@ def test_a_follower_sends_lines_as_they_come_and_ends_with_the_run(rt: Runtime) 
     path.write_bytes(b"")
 
     async def scenario() -> list[Any]:
-        follower = stream.Follower(rt, "alice", run_id, 1, 0)
+        follower = logs.Follower(rt, "alice", run_id, 1, 0)
         gen = follower.events()
         seen = [await anext(gen)]  # the status
         path.write_bytes(b"a\npart")
@@ -155,9 +154,9 @@ def test_a_follower_sends_lines_as_they_come_and_ends_with_the_run(rt: Runtime) 
         return seen
 
     seen = asyncio.run(scenario())
-    kinds = [e.event for e in seen]
+    kinds = [e.kind for e in seen]
     assert kinds[:3] == ["status", "log", "log"] and kinds[-1] == "end"
-    texts = [json.loads(e.data)["text"] for e in seen if e.event == "log"]
+    texts = [e.payload.text for e in seen if isinstance(e.payload, StreamLog)]
     assert texts[:2] == ["a\n", "partial\n"]  # whole lines only while the run goes on
     assert "".join(texts) == "a\npartial\nlast without newline"
     assert jobs.get(rt, "alice", run_id).status == JobStatus.SUCCEEDED
@@ -168,15 +167,15 @@ def test_a_queued_run_is_followed_until_it_starts(rt: Runtime) -> None:
     assert run_row(rt, waiting).status == JobStatus.QUEUED
 
     async def scenario() -> list[Any]:
-        gen = stream.Follower(rt, "alice", waiting, 1, 0).events()
+        gen = logs.Follower(rt, "alice", waiting, 1, 0).events()
         first = await anext(gen)
         await asyncio.to_thread(actions.stop, rt, "alice", waiting)
         return [first, *[e async for e in gen]]
 
     seen = asyncio.run(scenario())
-    assert json.loads(seen[0].data)["attempts"] == 0
-    assert [e.event for e in seen][-1] == "end"
-    assert json.loads(seen[-1].data)["status"] == "stopped"
+    assert isinstance(seen[0].payload, StreamStatus) and seen[0].payload.attempts == 0
+    assert isinstance(seen[-1].payload, StreamEnd)
+    assert seen[-1].payload.status == JobStatus.STOPPED
 
 
 def test_reading_cuts_at_line_ends_and_a_huge_line_at_a_character_boundary(
@@ -184,10 +183,47 @@ def test_reading_cuts_at_line_ends_and_a_huge_line_at_a_character_boundary(
 ) -> None:
     path = tmp_path / "log"
     path.write_bytes(b"one\ntwo")
-    assert stream.read_from(path, 0, complete=False) == ("one\n", 4)
-    assert stream.read_from(path, 4, complete=True) == ("two", 7)
-    path.write_bytes(b"a" + "é".encode() * stream.MAX_EVENT_BYTES)
-    got, end = stream.read_from(path, 0, complete=False)
+    assert logs.read_from(path, 0, complete=False) == ("one\n", 4)
+    assert logs.read_from(path, 4, complete=True) == ("two", 7)
+    path.write_bytes(b"a" + "é".encode() * logs.MAX_EVENT_BYTES)
+    got, end = logs.read_from(path, 0, complete=False)
     assert end % 2 == 1 and "\ufffd" not in got
-    assert stream.read_from(tmp_path / "missing", 0, complete=True) == ("", 0)
-    assert stream.tail_offset(None, 5) == 0
+    assert logs.read_from(tmp_path / "missing", 0, complete=True) == ("", 0)
+    assert logs.tail_offset(None, 5) == 0
+
+
+TEXT = "aé€😀\u0301z"  # characters of 1, 2, 3, 4 and 2 bytes
+
+
+def test_a_character_split_by_a_read_at_any_byte_is_sent_whole_after_the_next_read(
+    tmp_path: Path,
+) -> None:
+    encoded = (TEXT * 2).encode()
+    path = tmp_path / "log"
+    for cut in range(1, len(encoded)):
+        path.write_bytes(encoded[:cut])  # the runner has written up to here: no line end yet
+        first, end = logs.read_from(path, 0, complete=False, limit=cut)
+        assert encoded[:end].decode() == first  # only whole characters, nothing replaced
+        path.write_bytes(encoded)  # the rest arrives, then the run ends
+        rest, final = logs.read_from(path, end, complete=True)
+        assert (first + rest, final) == (TEXT * 2, len(encoded)), cut
+
+
+def test_the_follower_cuts_a_long_line_only_between_characters_whatever_the_event_size(
+    rt: Runtime,
+) -> None:
+    content = (TEXT * 5).encode() + b"\nend"
+    run_id = finished_run(rt, content)
+
+    async def follow(size: int) -> list[logs.StreamEvent]:
+        follower = logs.Follower(rt, "alice", run_id, 1, 0, max_event_bytes=size)
+        return [e async for e in follower.events()]
+
+    for size in range(1, 12):
+        seen = asyncio.run(follow(size))
+        logged = [(e.id or "", e.payload) for e in seen if isinstance(e.payload, StreamLog)]
+        assert "".join(p.text for _, p in logged) == content.decode(), size
+        for event_id, p in logged:  # each event ends on a character boundary of the file
+            end = int(event_id.split(":")[1])
+            assert content[:end].decode().endswith(p.text)
+        assert seen[-1].kind == "end" and seen[-1].id == f"1:{len(content)}"

@@ -8,14 +8,11 @@ a newer server are ignored, fields an older one never wrote take their defaults.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
-
+from starforge.contract.base import Contract
 from starforge.contract.states import EndReason, NodeState
 
 
-class NodeRecord(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
+class NodeRecord(Contract):
     node: str = ""  # the inventory node it was placed on
     pool: str = ""  # the pool of the run it belongs to
     ref: str | None = None  # the executor's reference of its runner, once started

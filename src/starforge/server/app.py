@@ -38,7 +38,7 @@ from starforge.server.executors.base import Executor
 from starforge.server.loops.reconciler import reconciler_loop
 from starforge.server.loops.scheduler import scheduler_loop
 from starforge.server.runtime import Runtime, build_runtime
-from starforge.server.services import quota, users
+from starforge.server.services import users
 from starforge.server.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ def register_local_user(rt: Runtime) -> str:
     name = users.local_user_name()
     with rt.transaction() as session:
         users.ensure_user(session, name, token)
-        quota.make_admin(session, name)  # the embedded server's one user administers it
+        users.make_admin(session, name)  # the embedded server's one user administers it
     return name
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -24,6 +25,9 @@ from starforge.server.executors.base import Executor
 from starforge.server.executors.local import LocalExecutor
 from starforge.server.settings import NodeDef, Settings
 from starforge.server.storage import Storage
+
+if TYPE_CHECKING:
+    from starforge.server.services.scheduler import QueuePass
 
 
 def free_port() -> int:
@@ -49,6 +53,8 @@ class Runtime:
     # decide-then-act steps (e.g. the reconciler seeing a node that is being started).
     loop_lock: threading.Lock = field(default_factory=threading.Lock)
     wakeups: int = 0
+    # The scheduler's latest pass: what views of queued runs read (they never plan themselves).
+    queue_pass: QueuePass | None = None
     _loop: asyncio.AbstractEventLoop | None = None
     _wake: asyncio.Event | None = None
 

@@ -1,8 +1,11 @@
-"""The only writer of ``runs.status`` and of each node's state (``attempts.nodes``).
+"""The only writer of ``runs.status``, ``runs.reason`` and each node's state (``attempts.nodes``).
 
 Every status change goes through :func:`transition` (or :func:`admit` for a new run), which checks
 the table in :mod:`starforge.contract.states`, stamps the run's timestamps and appends one row to
 ``events`` in the caller's transaction. The caller commits; nothing here touches an executor.
+Why a run is where it is (``runs.reason``) is written only here: by :func:`set_reason` with each
+status change (or for one run the scheduler could not place), and by :func:`set_queued_reasons`
+for the runs a scheduler pass keeps waiting (no event: that is not a change of status).
 
 Timestamps: ``started_at`` is the first time the run reached ``running``; ``ended_at`` is set when
 it reaches a terminal status and cleared when ``retry`` sends it back to the queue (together with
@@ -17,6 +20,10 @@ column notices, so the change is saved with the caller's transaction.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import datetime
+
+import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from starforge.contract.errors import InvalidTransition
@@ -38,7 +45,7 @@ def admit(session: Session, run: Run, *, reason: str, actor: str) -> None:
         raise InvalidTransition(f"run {run.id} already has status {run.status}")
     now = utcnow()
     run.status = JobStatus.QUEUED.value
-    run.reason = reason
+    set_reason(run, reason, now)
     run.created_at = run.created_at or now
     run.updated_at = now
     session.add(run)
@@ -63,7 +70,7 @@ def transition(
         )
     now = utcnow()
     run.status = dst.value
-    run.reason = reason
+    set_reason(run, reason, now)
     run.updated_at = now
     if dst is JobStatus.RUNNING and run.started_at is None:
         run.started_at = now
@@ -109,7 +116,7 @@ def node_event(
     raw = (attempt.nodes or {}).get(str(rank))
     if raw is None:
         return None
-    record = NodeRecord.model_validate(raw)
+    record = NodeRecord.read(raw)
     dst = next_node_state(record.state, event)
     if dst is None:
         return None
@@ -131,3 +138,26 @@ def node_event(
         refs = [r.ref for r in attempt.node_records().values() if r.ref]
         attempt.executor_ref = ",".join(refs) or None
     return new
+
+
+def set_reason(run: Run, reason: str, now: datetime | None = None) -> bool:
+    """Store why ``run`` is where it is; True when that changed (``updated_at`` moves then)."""
+    if run.reason == reason:
+        return False
+    run.reason = reason
+    run.updated_at = now or utcnow()
+    return True
+
+
+def set_queued_reasons(session: Session, reasons: Mapping[str, str]) -> None:
+    """Store why each run id waits, for those still queued (one statement for any number: a
+    pass over a long queue may change thousands of reasons at once)."""
+    if not reasons:
+        return
+    table = Run.__table__
+    stmt = (
+        sa.update(table)
+        .where(table.c.id == sa.bindparam("rid"), table.c.status == JobStatus.QUEUED.value)
+        .values(reason=sa.bindparam("why"), updated_at=utcnow())
+    )
+    session.execute(stmt, [{"rid": rid, "why": why} for rid, why in reasons.items()])

@@ -3,22 +3,27 @@
 SQLite is tuned for one server process with many threads: WAL (readers never block the writer),
 a busy timeout, foreign keys on, and every transaction opened with ``BEGIN IMMEDIATE`` so two
 read-then-write transactions serialise instead of failing with "database is locked" when one of
-them tries to upgrade its read lock. The schema is created only by Alembic migrations.
+them tries to upgrade its read lock. A connection opened with the execution option
+``READ_ONLY`` (see :func:`read_only`) begins a deferred transaction instead: a consistent WAL
+snapshot that takes no write lock. The schema is created only by Alembic migrations.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine.url import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 BUSY_TIMEOUT_MS = 30_000
+READ_ONLY = "starforge_read_only"  # execution option: this transaction only reads
 
 
 def _tune_sqlite(engine: Engine) -> None:
@@ -35,7 +40,8 @@ def _tune_sqlite(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        read_only = conn.get_execution_options().get(READ_ONLY, False)
+        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
 
 def make_engine(url: str) -> Engine:
@@ -47,6 +53,18 @@ def make_engine(url: str) -> Engine:
         _tune_sqlite(engine)
         return engine
     return create_engine(url, pool_pre_ping=True)
+
+
+@contextmanager
+def read_only(engine: Engine) -> Iterator[Connection]:
+    """A connection inside one read-only transaction (rolled back at the end): its SELECTs see
+    one consistent state. On SQLite it takes no write lock, so a long read never holds back a
+    writer; elsewhere it is a plain transaction."""
+    with engine.connect() as conn:
+        conn.execution_options(**{READ_ONLY: True})
+        with conn.begin() as txn:
+            yield conn
+            txn.rollback()
 
 
 def make_sessions(engine: Engine) -> sessionmaker[Session]:

@@ -145,7 +145,7 @@ class Attempt(Base):
     def node_records(self) -> dict[int, NodeRecord]:
         """Every node's record by rank, in rank order (read-only: write through the writer)."""
         return {
-            int(rank): NodeRecord.model_validate(record)
+            int(rank): NodeRecord.read(record)
             for rank, record in sorted((self.nodes or {}).items(), key=lambda kv: int(kv[0]))
         }
 

@@ -3,6 +3,8 @@
 The pass itself (database work, binding files, process starts) runs in a worker thread so the
 event loop keeps serving requests; the runtime's loop lock keeps it apart from the reconciler.
 The wake event is cleared *before* a pass, so a wake-up that arrives during a pass causes another.
+Each pass is also what views of queued runs show (their place and why they wait): the pass keeps
+its decisions on the runtime (``services/queue``), and reads never plan on their own.
 """
 
 from __future__ import annotations

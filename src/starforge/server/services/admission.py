@@ -78,7 +78,7 @@ def check_catalog(spec: JobSpec) -> tuple[Method, list[str]]:
 
 def run_pools(run: Run) -> list[Pool]:
     """A run's pools as admission resolved them: the one typed reader of ``run.pools``."""
-    return [Pool.model_validate(p) for p in run.pools]
+    return [Pool.read(p) for p in run.pools]  # stored: read leniently
 
 
 def compose_config(

@@ -32,7 +32,7 @@ from starforge.contract.states import ACTIVE, JobStatus, NodeEvent, NodeState
 from starforge.server import statemachine
 from starforge.server.db.models import Attempt, Run, utcnow
 from starforge.server.runtime import Runtime
-from starforge.server.services import admission, checkpoints, lifecycle, quota, scheduler
+from starforge.server.services import admission, checkpoints, lifecycle, queue, scheduler
 from starforge.server.services.users import token_digest
 
 log = logging.getLogger(__name__)
@@ -87,10 +87,10 @@ def schedule_pass(rt: Runtime) -> list[StartOrder]:
     """Decide the whole queue at once (``scheduler.plan``: priority, fair share, quotas, gang,
     reservations), then commit each start in its own transaction, re-checking that the run is
     still queued and its GPUs still free, then store the reasons of the runs that wait."""
-    if not quota.any_gpu_free(rt):  # a full cluster starts nothing: skip reading the queue
+    if not queue.needs_pass(rt):  # a full cluster whose queue is explained: nothing to do
         return []
-    snap = quota.read_snapshot(rt)  # one consistent read that holds no write lock
-    decisions = quota.decide(rt, snap)
+    snap = queue.read_snapshot(rt)  # one consistent read that holds no write lock
+    decisions = queue.decide(rt, snap)  # kept for views: they read it instead of planning
     orders: list[StartOrder] = []
     for decision in decisions:
         if decision.slots is None:
@@ -105,7 +105,7 @@ def schedule_pass(rt: Runtime) -> list[StartOrder]:
             placed = place_run(rt, session, run, free, slots=decision.slots)
         if placed is not None:
             orders.append(placed)
-    quota.save_reasons(rt, snap, decisions)
+    queue.save_reasons(rt, snap, decisions)
     return orders
 
 
@@ -121,9 +121,7 @@ def place_run(
     slots = slots if slots is not None else scheduler.place(pools, free)
     if slots is None:
         reason = scheduler.shortfall(pools, free)
-        if run.reason != reason:  # why it waits is not a status change: no event
-            run.reason = reason
-            run.updated_at = utcnow()
+        statemachine.set_reason(run, reason)  # why it waits is not a status change: no event
         return None
     number = run.current_attempt + 1
     run_dir = run_dir_of(rt, run)

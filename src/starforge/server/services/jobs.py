@@ -1,5 +1,5 @@
 """Runs as the user sees them: submit, list, get (by id or prefix); user actions (stop, pause,
-resume, retry) live in ``services/actions``.
+resume, retry) live in ``services/actions``, which reads runs through this module.
 
 Submit is idempotent per (user, idempotency key): the first request creates the run, any later
 one with the same body returns that run with ``created=False``, and one with a different body
@@ -32,7 +32,7 @@ from starforge.contract.states import EndReason, JobStatus
 from starforge.server import statemachine
 from starforge.server.db.models import Attempt, Run
 from starforge.server.runtime import Runtime
-from starforge.server.services import admission, blobs, lifecycle, quota
+from starforge.server.services import admission, blobs, lifecycle, queue, quotas
 
 log = logging.getLogger(__name__)
 MAX_CANDIDATES = 8
@@ -55,7 +55,7 @@ def queue_position(session: Session, run: Run) -> int | None:
     """
     if run.status != JobStatus.QUEUED:
         return None
-    return quota.priority_position(session, run)
+    return queue.priority_position(session, run)
 
 
 def _response(session: Session, run: Run, *, created: bool, warnings: list[str]) -> SubmitResponse:
@@ -119,7 +119,7 @@ def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
         existing = _find_by_key(session, user, req.idempotency_key)
         if existing is not None:
             return _replay(session, existing, req)
-        limits, _ = quota.effective(session, rt.settings, user)
+        limits, _ = quotas.effective(session, rt.settings, user)
     admitted = admission.admit(
         req.spec,
         req.manifest,
@@ -214,7 +214,7 @@ def stored_spec(run: Run) -> tuple[dict[str, Any], JobSpec | None]:
     """The stored spec as data, and as a JobSpec when it still validates (lenient read)."""
     data = run.spec
     try:
-        return data, JobSpec.model_validate(data)
+        return data, JobSpec.read(data)  # stored data: a newer server may have added fields
     except ValidationError:
         return data, None
 
@@ -262,9 +262,12 @@ def view(rt: Runtime, run: Run, *, full: bool = True) -> RunView:
 
 
 def get(rt: Runtime, user: str, ref: str) -> RunView:
+    """A run's view; a queued run's place and why it waits come from the scheduler's latest pass
+    (:func:`starforge.server.services.queue.explain`), never from a plan of its own."""
     with rt.transaction() as session:
-        found = view(rt, resolve(session, user, ref))
-    quota.explain(rt, [found])  # a queued run: its place and why it waits (read without the lock)
+        run = resolve(session, user, ref)
+        found = view(rt, run)
+        queue.explain(rt, session, [(run, found)])
     return found
 
 
@@ -279,7 +282,7 @@ def list_runs(
             query.order_by(Run.created_at.desc(), Run.id.desc()).limit(limit)
         ).all()
         views = [view(rt, r, full=False) for r in rows]
-    quota.explain(rt, views)  # queued runs: their place and why they wait (read without the lock)
+        queue.explain(rt, session, list(zip(rows, views, strict=True)))
     return views
 
 

@@ -20,7 +20,11 @@ for every queued run, in the order it considers them:
   still unreserved, so a wide run starves behind neither narrow runs nor another series' queue.
 * Cost: during a pass free GPUs only shrink and reservations only grow, so a shape (series, nodes,
   GPUs per node of each pool) that failed to place once fails for the rest of the pass. With that
-  cached, a pass over 10,000 queued runs costs little more than a loop over them.
+  cached, a pass over 10,000 queued runs costs little more than a loop over them. Explaining every
+  waiting run (what views show) costs little more too: the numbers behind a capacity wait depend
+  only on the shape and the free GPUs and reservations, which change a few times per pass (a start
+  or a reservation), and the event that lifts a quota wait only on the user's usage; each is
+  derived once per such state.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ __all__ = [
     "FreeNode",
     "Holding",
     "Limits",
+    "QueuePass",
     "QueuedRun",
     "Slot",
     "beyond_quota",
@@ -187,6 +192,7 @@ def _until(runs: Sequence[str]) -> str:
 
 
 Shape = tuple[tuple[str, int, int], ...]
+_Event = tuple[str, tuple[str, ...]]  # what lets a run start, and the runs that must end
 
 
 class _Pass:
@@ -218,6 +224,9 @@ class _Pass:
         self.unreservable: set[Shape] = set()
         self.never: dict[Shape, str | None] = {}
         self.quota_cache: dict[str, dict[tuple[Shape, frozenset[str]], str | None]] = {}
+        self.event_cache: dict[str, dict[tuple[Shape, frozenset[str]], _Event]] = {}
+        self.version = 0  # moves whenever free GPUs or reservations change
+        self.detail_cache: dict[tuple[Shape, int], _Event] = {}
         self.free_users = {u for u, lim in limits.items() if lim.unlimited}
         self.default_free = default.unlimited
         self._avail: dict[str, FreeNode] | None = None
@@ -264,6 +273,8 @@ class _Pass:
             self.held[s.node][run.id] = self.held[s.node].get(run.id, 0) + len(gpus)
             use.add(run.id, self.series[s.node], len(gpus))
         self.quota_cache.pop(run.user, None)
+        self.event_cache.pop(run.user, None)
+        self.version += 1
         self._avail = self._real = None
 
     # ---- quota ----------------------------------------------------------------------------------
@@ -304,6 +315,13 @@ class _Pass:
 
     def quota_event(self, run: QueuedRun) -> tuple[str, tuple[str, ...]]:
         """The earliest event that lifts the quota block: which of the user's runs must end."""
+        cache = self.event_cache.setdefault(run.user, {})
+        key = (run.shape, run.profiles)
+        if key not in cache:
+            cache[key] = self._quota_event(run)
+        return cache[key]
+
+    def _quota_event(self, run: QueuedRun) -> tuple[str, tuple[str, ...]]:
         lim = self.limits.get(run.user, self.default)
         use = self.use.get(run.user) or _Use()
         if beyond_quota(run.pools, lim) is not None:
@@ -394,11 +412,19 @@ class _Pass:
             released = sum(c for r, c in self.held[name].items() if r in ending)
             self.kept_for[name] = run.id
             self.spare[name] = len(self.free[name]) + released - n
+        self.version += 1
         self._avail = None
         return tuple(sorted(taken)), tuple(ending)
 
     def capacity_detail(self, run: QueuedRun) -> tuple[str, tuple[str, ...]]:
-        """Free GPUs per candidate node and who holds the rest, for each pool that waits."""
+        """Free GPUs per candidate node and who holds the rest, for each pool that waits (decided
+        before ``run`` reserves anything, so it does not depend on which run of the shape asks)."""
+        key = (run.shape, self.version)
+        if key not in self.detail_cache:
+            self.detail_cache[key] = self._capacity_detail(run)
+        return self.detail_cache[key]
+
+    def _capacity_detail(self, run: QueuedRun) -> tuple[str, tuple[str, ...]]:
         avail = self.avail()
         parts: list[str] = []
         blockers: dict[str, None] = {}
@@ -522,13 +548,15 @@ def plan(
     *,
     default: Limits = UNLIMITED,
     explain: Collection[str] = (),
+    explain_all: bool = False,
     overdue_before: datetime | None = None,
 ) -> list[Decision]:
     """One pass over the queue: a decision per queued run, in the order they were considered.
 
     Runs that start get their slots (to be committed in that order). Waiting runs get a one-line
     reason; the first waiting run (the head) and the runs named in ``explain`` also get the
-    numbers behind it (``detail``) and the runs they wait for. Runs queued before
+    numbers behind it (``detail``) and the runs they wait for (with ``explain_all``, every
+    waiting run does). Runs queued before
     ``overdue_before`` (now minus the patience) go ahead of fair share within their priority.
     """
     state = _Pass(inventory, holdings, limits or {}, default)
@@ -536,10 +564,32 @@ def plan(
     decisions: list[Decision] = []
     head_found = False
     for run in _fair_order(queue, state.use, overdue_before):
-        d = state.decide(run, len(decisions) + 1, not head_found or run.id in wanted)
+        explained = explain_all or not head_found or run.id in wanted
+        d = state.decide(run, len(decisions) + 1, explained)
         if not d.starts and not head_found:
             head_found = True
             if not d.next_event and d.blocker in (Blocker.CAPACITY, Blocker.RESERVED):
                 d.next_event = "when runs ahead of it have started and enough GPUs are free"
         decisions.append(d)
     return decisions
+
+
+@dataclass(frozen=True)
+class QueuePass:
+    """A pass's decisions as views see them once its starts are committed: the runs it starts
+    have left the queue, so each waiting run's place counts only the waiting runs before it."""
+
+    decisions: dict[str, Decision]
+    places: dict[str, int]  # each run's place in the queue the pass left
+    queued: int  # how many runs the pass left waiting
+    wakeups: int  # the runtime's wake-up count when the pass read the queue
+    at: float  # time.monotonic() of the pass
+
+    @classmethod
+    def after(cls, decisions: Sequence[Decision], wakeups: int, at: float) -> QueuePass:
+        places: dict[str, int] = {}
+        waiting = 0
+        for d in decisions:
+            places[d.run_id] = waiting + 1
+            waiting += 0 if d.starts else 1
+        return cls({d.run_id: d for d in decisions}, places, waiting, wakeups, at)

@@ -1,8 +1,10 @@
-"""Users and their bearer tokens.
+"""Users, their roles and their bearer tokens.
 
 Only the sha256 of a token is stored; a token is checked by hashing what the caller sent and
 comparing in constant time. The embedded server has one local user whose token lives in
 ``<home>/server/local-token`` (mode 0600), created on first start and re-registered on each start.
+A user's role is ``user`` unless it is ``admin`` (the embedded server's local user is the admin);
+only admins list or change other users' quotas.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from starforge.contract.errors import Unauthorized
+from starforge.contract.errors import Forbidden, Unauthorized, UserNotFound
 from starforge.contract.names import SAFE_SEGMENT
 from starforge.server.db.models import User
+
+ADMIN = "admin"
 
 
 def token_digest(token: str) -> str:
@@ -78,3 +82,33 @@ def authenticate(session: Session, authorization: str | None) -> str:
     if user is None or not hmac.compare_digest(user.token_sha256, digest):
         raise Unauthorized("the token is not valid", hint=hint)
     return user.name
+
+
+def role_of(session: Session, user: str) -> str:
+    return session.scalar(select(User.role).where(User.name == user)) or "user"
+
+
+def require_admin(session: Session, user: str) -> None:
+    if role_of(session, user) != ADMIN:
+        raise Forbidden(
+            f"only admins may change or list quotas; {user} is not an admin",
+            hint="`sf status` shows your own quota and usage",
+        )
+
+
+def make_admin(session: Session, user: str) -> None:
+    """Give ``user`` the admin role (the embedded server's local user is the admin)."""
+    row = session.scalars(select(User).where(User.name == user)).one_or_none()
+    if row is not None and row.role != ADMIN:
+        row.role = ADMIN
+
+
+def require_known(session: Session, user: str) -> None:
+    """Raise :class:`UserNotFound` (naming some known users) unless ``user`` exists."""
+    if session.scalar(select(User.id).where(User.name == user)) is None:
+        names = list(session.scalars(select(User.name).order_by(User.name).limit(20)))
+        raise UserNotFound(
+            f"no user {user!r}",
+            hint=f"known users: {', '.join(names) or '(none)'}",
+            details={"user": user},
+        )

@@ -11,7 +11,7 @@ from starforge.contract.errors import Forbidden, QuotaRejected, UsageError, User
 from starforge.contract.states import JobStatus
 from starforge.server.db.models import Run
 from starforge.server.runtime import Runtime
-from starforge.server.services import jobs, quota
+from starforge.server.services import jobs, queue, quotas, usage, users
 
 from .factories import report, request, run_row, schedule, submit
 
@@ -19,12 +19,12 @@ from .factories import report, request, run_row, schedule, submit
 @pytest.fixture
 def admin(rt: Runtime) -> str:
     with rt.transaction() as session:
-        quota.make_admin(session, "alice")
+        users.make_admin(session, "alice")
     return "alice"
 
 
 def set_quota(rt: Runtime, user: str, **fields: object) -> None:
-    quota.set_quota(rt, "alice", user, QuotaUpdate(**fields))  # type: ignore[arg-type]
+    quotas.set_quota(rt, "alice", user, QuotaUpdate(**fields))  # type: ignore[arg-type]
 
 
 def finish(rt: Runtime, run_id: str, nodes: int = 1) -> None:
@@ -82,9 +82,9 @@ def test_the_servers_default_quota_applies_to_users_without_their_own(
 
 def test_only_admins_change_quotas_and_only_for_users_that_exist(rt: Runtime, admin: str) -> None:
     with pytest.raises(Forbidden):
-        quota.set_quota(rt, "bob", "bob", QuotaUpdate(max_gpus=64))
+        quotas.set_quota(rt, "bob", "bob", QuotaUpdate(max_gpus=64))
     with pytest.raises(Forbidden):
-        quota.list_all(rt, "bob")
+        usage.list_all(rt, "bob")
     with pytest.raises(UserNotFound) as err:
         set_quota(rt, "bobby", max_gpus=1)
     assert "alice, bob" in (err.value.hint or "")
@@ -99,7 +99,7 @@ def test_an_update_changes_only_what_it_names_and_null_lifts_a_limit(
 ) -> None:
     set_quota(rt, "bob", max_gpus=16, max_runs=2, max_gpus_per_series={"h200": 8}, priority=3)
     set_quota(rt, "bob", max_runs=None, max_gpus_per_series={"h100": 4})
-    found = quota.get(rt, "alice", "bob")
+    found = usage.get(rt, "alice", "bob")
     assert not found.default
     assert found.quota.model_dump() == {
         "max_gpus": 16,
@@ -109,9 +109,9 @@ def test_an_update_changes_only_what_it_names_and_null_lifts_a_limit(
         "priority": 3,
     }
     set_quota(rt, "bob", max_gpus_per_series={"h200": None})
-    assert quota.get(rt, "alice", "bob").quota.max_gpus_per_series == {"h100": 4}
+    assert usage.get(rt, "alice", "bob").quota.max_gpus_per_series == {"h100": 4}
     set_quota(rt, "bob", reset=True)
-    assert quota.get(rt, "alice", "bob").default
+    assert usage.get(rt, "alice", "bob").default
 
 
 def test_a_users_priority_orders_their_new_and_already_queued_runs(rt: Runtime, admin: str) -> None:
@@ -137,6 +137,7 @@ def test_the_submit_answer_places_a_run_by_priority_and_age_and_its_view_by_fair
     assert schedule(rt) == [blocker]
     answers = [submit(rt, user, profiles=["h200:8"]) for user in ("alice", "alice", "bob")]
     assert [a.queue_position for a in answers] == [1, 2, 3]
+    assert schedule(rt) == []  # the scheduler's pass decides (and explains) the queue
     live = {
         r.run_id: r.queue_position
         for user in ("alice", "bob")
@@ -184,13 +185,13 @@ def test_a_reason_stored_by_a_pass_never_overwrites_a_run_that_left_the_queue(
 ) -> None:
     blocker = submit(rt, profiles=["h200:16"]).run_id
     waiting = submit(rt, profiles=["h200:16"]).run_id
-    snap = quota.read_snapshot(rt)
-    decisions = quota.decide(rt, snap)
+    snap = queue.read_snapshot(rt)
+    decisions = queue.decide(rt, snap)
     with rt.transaction() as session:  # the run leaves the queue between decision and store
         run = session.get(Run, waiting)
         assert run is not None
         run.status, run.reason = JobStatus.STOPPED.value, "stopped by user"
-    quota.save_reasons(rt, snap, decisions)
+    queue.save_reasons(rt, snap, decisions)
     assert run_row(rt, waiting).reason == "stopped by user"
     assert blocker
 
@@ -200,7 +201,7 @@ def test_cluster_status_and_my_usage_count_what_active_runs_hold(rt: Runtime) ->
     other = submit(rt, "bob", profiles=["h100:8"]).run_id
     waiting = submit(rt, profiles=["h200:16"]).run_id
     assert sorted(schedule(rt)) == sorted([mine, other])
-    cluster = quota.cluster_status(rt)
+    cluster = usage.cluster_status(rt)
     assert [(s.series, s.total, s.used, s.free) for s in cluster.series] == [
         ("h100", 8, 8, 0),
         ("h200", 16, 4, 12),
@@ -211,14 +212,70 @@ def test_cluster_status_and_my_usage_count_what_active_runs_hold(rt: Runtime) ->
         ("h100-1", 8, [other]),
     ]
     assert (cluster.queued, cluster.active) == (1, 2)
-    usage = quota.my_usage(rt, "alice")
-    assert (usage.usage.gpus, usage.usage.gpus_by_series, usage.usage.runs) == (4, {"h200": 4}, 1)
-    assert [(r.run_id, r.nodes) for r in usage.active] == [(mine, ["h200-1"])]
-    assert [(r.run_id, r.queue_position) for r in usage.queued_runs] == [(waiting, 1)]
-    assert usage.queued_runs[0].reason.startswith("waiting for 2 nodes with 8 free h200 GPUs")
+    mine_now = usage.my_usage(rt, "alice")
+    held = mine_now.usage
+    assert (held.gpus, held.gpus_by_series, held.runs) == (4, {"h200": 4}, 1)
+    assert [(r.run_id, r.nodes) for r in mine_now.active] == [(mine, ["h200-1"])]
+    assert [(r.run_id, r.queue_position) for r in mine_now.queued_runs] == [(waiting, 1)]
+    assert mine_now.queued_runs[0].reason.startswith("waiting for 2 nodes with 8 free h200 GPUs")
 
 
 def test_a_request_for_an_unknown_user_quota_is_not_found(rt: Runtime, admin: str) -> None:
     with pytest.raises(UserNotFound):
-        quota.get(rt, "alice", "nobody")
+        usage.get(rt, "alice", "nobody")
     assert jobs.submit(rt, "bob", request(rt)).created
+
+
+def test_reading_a_queued_run_shows_the_latest_pass_and_never_plans_again(rt: Runtime) -> None:
+    holder = submit(rt, profiles=["h200:16"]).run_id
+    waiting = submit(rt, "bob", profiles=["h200:8"]).run_id
+    assert schedule(rt) == [holder]
+    last = rt.queue_pass
+    assert last is not None
+    views = [jobs.get(rt, "bob", waiting) for _ in range(3)]
+    listed = [v for v in jobs.list_runs(rt, "bob") if v.run_id == waiting]
+    assert rt.queue_pass is last  # no read made a pass of its own
+    assert views[0].pending is not None and views[0].pending.next_event == f"when {holder} ends"
+    assert views[0].reason == last.decisions[waiting].reason == run_row(rt, waiting).reason
+    assert listed[0].reason == views[0].reason and listed[0].queue_position == 1
+    # A run submitted since that pass shows its stored reason and its place by priority and
+    # age until the next pass, which explains it.
+    later = submit(rt, "bob", profiles=["h200:8"]).run_id
+    fresh = jobs.get(rt, "bob", later)
+    assert (fresh.reason, fresh.queue_position, fresh.pending) == (
+        "waiting for the scheduler",
+        2,
+        None,
+    )
+    assert rt.queue_pass is last
+    schedule(rt)
+    assert rt.queue_pass is not last
+    explained = jobs.get(rt, "bob", later)
+    assert explained.pending is not None and explained.queue_position == 2
+    assert explained.reason == run_row(rt, later).reason != "waiting for the scheduler"
+
+
+def test_a_full_cluster_is_explained_once_per_change_not_on_every_tick(rt: Runtime) -> None:
+    held = [submit(rt, profiles=[p]).run_id for p in ("h200:16", "h100:8")]
+    assert sorted(schedule(rt)) == sorted(held)
+    waiting = submit(rt, profiles=["h200:8"]).run_id  # a wake-up: the queue changed
+    assert not queue.any_gpu_free(rt)
+    assert queue.needs_pass(rt)
+    schedule(rt)
+    explained = rt.queue_pass
+    assert explained is not None and waiting in explained.decisions
+    assert not queue.needs_pass(rt)  # nothing changed and nothing is free: skip the next tick
+    schedule(rt)
+    assert rt.queue_pass is explained
+
+
+def test_reading_the_queue_takes_no_write_lock_while_a_submit_holds_it(rt: Runtime) -> None:
+    waiting = submit(rt, profiles=["h200:16"]).run_id
+    with rt.transaction() as session:  # a writer in the middle of its transaction
+        run = session.get(Run, waiting)
+        assert run is not None
+        run.priority = 5
+        session.flush()
+        snap = queue.read_snapshot(rt)  # would wait for the writer (then fail) under a lock
+        assert [(q.id, q.priority) for q in snap.queue] == [(waiting, 0)]  # the committed state
+    assert [q.priority for q in queue.read_snapshot(rt).queue] == [5]

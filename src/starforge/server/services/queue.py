@@ -1,0 +1,236 @@
+"""The queue as the scheduler sees it, and why each queued run waits.
+
+* Reading: :func:`read_snapshot` reads everything one pass needs (queued runs, what active runs
+  hold, every user's limits) in one read-only transaction, which on SQLite takes no write lock,
+  so a long queue never holds back a submit or a runner's event while it is read.
+* Deciding: :func:`decide` runs the pure pass (:func:`starforge.server.services.scheduler.plan`)
+  with every waiting run explained, and keeps the result on the runtime as the latest
+  :class:`~starforge.server.services.scheduler.QueuePass`. That pass is the only place a plan
+  is computed: views of runs (:func:`explain`, ``sf job ls``, ``GET /runs/{id}``, the log
+  stream's status events) read it.
+  A run the latest pass has not seen yet (submitted since) shows its stored reason and its place
+  by priority and age; the scheduler loop runs a pass on every wake-up, so that is brief.
+* Storing: :func:`save_reasons` writes each waiting run's one-line reason when it changed, through
+  :func:`starforge.server.statemachine.set_queued_reasons` (``statemachine`` is the one writer
+  of ``runs.reason``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from starforge.contract.api import PendingView, RunView
+from starforge.contract.profiles import Pool
+from starforge.contract.states import ACTIVE, JobStatus
+from starforge.server import statemachine
+from starforge.server.db.engine import read_only
+from starforge.server.db.models import Attempt, Run, utcnow
+from starforge.server.runtime import Runtime
+from starforge.server.services import quotas, scheduler
+
+REFRESH_S = 10.0  # a full cluster still gets a pass this often: fair share's patience moves runs
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ACTIVE = [s.value for s in ACTIVE]
+
+HOLDINGS = (
+    select(Run.id, Run.user, Attempt.allocation)
+    .join(Attempt, Attempt.run_id == Run.id)
+    .where(
+        Run.status.in_(_ACTIVE),
+        Attempt.number == Run.current_attempt,
+        Attempt.ended_at.is_(None),
+    )
+)
+_QUEUE = select(Run.id, Run.user, Run.priority, Run.created_at, Run.pools, Run.reason).where(
+    Run.status == JobStatus.QUEUED.value
+)
+
+
+# ---- stored JSON, read in one place each ---------------------------------------------------------
+
+
+def _slots(allocation: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """An attempt's stored allocation (``[{"node", "gpus"}, ...]``)."""
+    return list(allocation or [])
+
+
+def _pools(stored: list[dict[str, Any]] | None) -> tuple[Pool, ...]:
+    """A run's stored pools (read leniently: a newer server may have added fields)."""
+    return tuple(Pool.read(p) for p in stored or [])
+
+
+def to_holdings(rows: Iterable[Sequence[Any]]) -> list[scheduler.Holding]:
+    """Rows of :data:`HOLDINGS` as the GPUs each active run holds per node."""
+    return [
+        scheduler.Holding(run_id, user, str(slot["node"]), tuple(slot["gpus"]))
+        for run_id, user, allocation in rows
+        for slot in _slots(allocation)
+    ]
+
+
+def holdings(session: Session) -> list[scheduler.Holding]:
+    """GPUs held by the current, unfinished attempts of active runs (as dispatch counts them)."""
+    return to_holdings(session.execute(HOLDINGS).all())
+
+
+# ---- one pass ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Snapshot:
+    queue: list[scheduler.QueuedRun] = field(default_factory=list)
+    reasons: dict[str, str] = field(default_factory=dict)  # stored reason per queued run
+    holdings: list[scheduler.Holding] = field(default_factory=list)
+    limits: dict[str, scheduler.Limits] = field(default_factory=dict)
+    default: scheduler.Limits = scheduler.UNLIMITED
+    wakeups: int = 0  # the runtime's wake-up count when the snapshot was read
+
+
+def read_snapshot(rt: Runtime) -> Snapshot:
+    """Everything one pass reads, as one consistent read that takes no write lock."""
+    wakeups = rt.wakeups  # before reading: a wake-up during the read makes the next pass run
+    with read_only(rt.engine) as conn:
+        queue = conn.execute(_QUEUE).all()
+        held = conn.execute(HOLDINGS).all()
+        limits = quotas.of_rows(conn.execute(quotas.ALL_ROWS).all())
+    snap = Snapshot(
+        holdings=to_holdings(held),
+        limits={user: scheduler.Limits.of(q) for user, q in limits.items()},
+        default=scheduler.Limits.of(quotas.defaults(rt.settings)),
+        wakeups=wakeups,
+    )
+    shapes: dict[Any, scheduler.QueuedRun] = {}  # most runs share a few shapes: derive each once
+    for run_id, user, priority, created_at, stored_pools, reason in queue:
+        key = json.dumps(stored_pools, sort_keys=True)
+        shape = shapes.get(key)
+        if shape is None:
+            shape = shapes[key] = scheduler.QueuedRun("", "", 0, _EPOCH, _pools(stored_pools))
+        snap.queue.append(shape.like(run_id, user, priority, created_at))
+        snap.reasons[run_id] = reason
+    return snap
+
+
+def any_gpu_free(rt: Runtime) -> bool:
+    """Whether any GPU of the inventory is free."""
+    with read_only(rt.engine) as conn:
+        held = to_holdings(conn.execute(HOLDINGS).all())
+    free = scheduler.free_gpus(rt.inventory, ((h.node, h.gpus) for h in held))
+    return any(node.free for node in free.values())
+
+
+def needs_pass(rt: Runtime) -> bool:
+    """Whether a pass may start or explain anything new. On a full cluster a pass starts nothing:
+    it runs only when the queue may have changed since the latest pass (a wake-up), or when that
+    pass is older than ``REFRESH_S``; else it is skipped without reading the queue."""
+    last = rt.queue_pass
+    if last is None or last.wakeups != rt.wakeups or time.monotonic() - last.at >= REFRESH_S:
+        return True
+    return any_gpu_free(rt)
+
+
+def decide(rt: Runtime, snap: Snapshot) -> list[scheduler.Decision]:
+    """One pass over ``snap``, every waiting run explained; kept as the runtime's latest pass."""
+    patience = timedelta(seconds=rt.settings.fair_share_patience_s)
+    decisions = scheduler.plan(
+        snap.queue,
+        rt.inventory,
+        snap.holdings,
+        snap.limits,
+        default=snap.default,
+        explain_all=True,
+        overdue_before=utcnow() - patience,
+    )
+    rt.queue_pass = scheduler.QueuePass.after(decisions, snap.wakeups, time.monotonic())
+    return decisions
+
+
+def save_reasons(rt: Runtime, snap: Snapshot, decisions: Iterable[scheduler.Decision]) -> int:
+    """Store the reason of every still-queued waiting run whose reason changed; returns how many."""
+    changed = {
+        d.run_id: d.reason
+        for d in decisions
+        if not d.starts and snap.reasons.get(d.run_id) != d.reason
+    }
+    if changed:
+        with rt.transaction() as session:
+            statemachine.set_queued_reasons(session, changed)
+    return len(changed)
+
+
+# ---- views ---------------------------------------------------------------------------------------
+
+
+def pending_view(d: scheduler.Decision, position: int, queued: int) -> PendingView:
+    message = d.reason
+    if d.starts:
+        message = f"{d.reason}: the scheduler is starting it"
+    return PendingView(
+        position=position,
+        queued=queued,
+        blocker=d.blocker.value,
+        message=message,
+        detail=d.detail,
+        blocking_runs=list(d.blocking_runs),
+        next_event=d.next_event,
+        reserved_nodes=list(d.reserved_nodes),
+    )
+
+
+def decision(rt: Runtime, run_id: str) -> tuple[scheduler.Decision, int, int] | None:
+    """The latest pass's decision on a run, its place and the queue's length after that pass
+    (None when that pass did not see the run)."""
+    last = rt.queue_pass
+    if last is None or run_id not in last.decisions:
+        return None
+    return last.decisions[run_id], last.places[run_id], last.queued
+
+
+def explain(rt: Runtime, session: Session, runs: Sequence[tuple[Run, RunView]]) -> None:
+    """Give each queued view its place and why it waits, from the latest pass; a run that pass
+    has not seen keeps its stored reason and gets its place by priority and age."""
+    for run, v in runs:
+        if v.status != JobStatus.QUEUED:
+            continue
+        found = decision(rt, v.run_id)
+        if found is None:
+            v.queue_position = priority_position(session, run)
+            continue
+        v.queue_position = found[1]
+        v.pending = pending_view(*found)
+        v.reason = v.pending.message
+
+
+def reason_of(rt: Runtime, run_id: str, status: JobStatus, stored: str) -> str:
+    """What a view says about why the run is where it is (the latest pass's word if queued)."""
+    found = decision(rt, run_id) if status == JobStatus.QUEUED else None
+    return pending_view(*found).message if found is not None else stored
+
+
+def priority_position(session: Session, run: Run) -> int:
+    """1-based place of a queued run by priority then age (what a single user sees), in one
+    COUNT: the cheap answer at submit, whatever the length of the queue."""
+    same_priority_older = sa.and_(
+        Run.priority == run.priority,
+        sa.or_(
+            Run.created_at < run.created_at,
+            sa.and_(Run.created_at == run.created_at, Run.id < run.id),
+        ),
+    )
+    ahead = session.scalar(
+        select(func.count())
+        .select_from(Run)
+        .where(
+            Run.status == JobStatus.QUEUED.value,
+            sa.or_(Run.priority > run.priority, same_priority_older),
+        )
+    )
+    return int(ahead or 0) + 1
