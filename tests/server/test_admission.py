@@ -52,11 +52,15 @@ def rejected(rt: Runtime, req: SubmitRequest, kind: type[StarForgeError]) -> Sta
     return err.value
 
 
-def test_a_valid_submission_is_queued_with_its_files_in_place(rt: Runtime) -> None:
+def test_a_valid_submission_is_queued_and_its_files_are_laid_out_when_it_is_placed(
+    rt: Runtime,
+) -> None:
     resp = jobs.submit(rt, "alice", request(rt))
     assert resp.created and resp.status is JobStatus.QUEUED and resp.queue_position == 1
     run_json = rt.storage.root / "runs/alice/proj/exp" / resp.run_id / "state/run.json"
-    assert run_json.is_file()
+    assert not run_json.exists()  # the database row is the record of a queued run
+    assert schedule(rt) == [resp.run_id]
+    assert json.loads(run_json.read_text())["spec"]["experiment"] == "exp"
 
 
 def test_a_stale_lock_whose_bound_parameter_vanished_is_refused_naming_both_versions(
@@ -255,6 +259,10 @@ def test_admission_stores_the_composed_config_for_the_runner(rt: Runtime) -> Non
     resp = jobs.submit(
         rt, "alice", SubmitRequest(spec=job, manifest=manifest, idempotency_key="k" * 16)
     )
+    with rt.transaction() as session:
+        row = session.get(Run, resp.run_id)
+        assert row is not None and row.config is not None and row.config["steps"] == 3
+    assert schedule(rt) == [resp.run_id]
     run_json = rt.storage.root / "runs/alice/proj/exp" / resp.run_id / "state/run.json"
     stored = json.loads(run_json.read_text())
     assert stored["config"]["steps"] == 3

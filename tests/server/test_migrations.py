@@ -8,6 +8,7 @@ from pathlib import Path
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 
 from starforge.contract.states import NodeState
@@ -18,12 +19,27 @@ from starforge.server.db.resources import QuotaRow
 from starforge.server.db.tables import Base
 
 
-def test_the_migrated_schema_matches_the_models(tmp_path: Path) -> None:
+def test_every_migration_in_turn_builds_the_schema_of_the_models(tmp_path: Path) -> None:
     engine = make_engine(f"sqlite:///{tmp_path / 'db' / 'x.db'}")
-    migrate(engine)
+    command.upgrade(alembic_config(engine), "head")  # the path an existing database takes
     with engine.connect() as conn:
         context = MigrationContext.configure(conn, opts={"compare_type": True})
         assert compare_metadata(context, Base.metadata) == []
+    engine.dispose()
+
+
+def test_an_empty_database_is_created_at_the_head_revision_and_later_upgrades_from_there(
+    tmp_path: Path,
+) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'x.db'}")
+    migrate(engine)  # empty: created from the models and stamped
+    with engine.connect() as conn:
+        context = MigrationContext.configure(conn, opts={"compare_type": True})
+        assert compare_metadata(context, Base.metadata) == []
+        assert (
+            context.get_current_revision()
+            == ScriptDirectory.from_config(alembic_config(engine)).get_current_head()
+        )
     engine.dispose()
 
 
@@ -33,7 +49,7 @@ def test_migrating_twice_changes_nothing(tmp_path: Path) -> None:
     migrate(engine)
     with engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").all() == [
-            ("0007_user_blobs",)
+            (ScriptDirectory.from_config(alembic_config(engine)).get_current_head(),)
         ]
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30000

@@ -89,6 +89,9 @@ class Run(Base):
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)  # the JobSpec as submitted
     manifest: Mapped[dict[str, Any]] = mapped_column(JSON)  # the package's files
     pools: Mapped[list[dict[str, Any]]] = mapped_column(JSON)  # the admitted pools (Pool)
+    # The experiment's config as admission composed it (parameters applied), for the runner;
+    # NULL for a run admitted before it was kept (the runner composes it then).
+    config: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), nullable=True)
     gpus: Mapped[int] = mapped_column(Integer, default=0)
     idempotency_key: Mapped[str] = mapped_column(String(128))
     run_token_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)

@@ -165,8 +165,8 @@ def write_bindings(
     resume_from: str = "",
 ) -> list[NodeStart]:
     run_dir = run_dir_of(rt, run)
-    if not rt.storage.run_json_path(run_dir).exists():  # the database is the source of truth
-        rt.storage.write_run_json(run_dir, run.spec, run.manifest)
+    if not rt.storage.run_json_path(run_dir).exists():  # written once, from the database
+        rt.storage.write_run_json(run_dir, run.spec, run.manifest, run.config)
     rt.storage.make_run_dir(run_dir)
     port = rt.pick_port()
     starts = []

@@ -10,7 +10,6 @@ race (the loser reads the winner's run).
 from __future__ import annotations
 
 import logging
-import shutil
 from typing import Any
 
 from pydantic import ValidationError
@@ -106,6 +105,7 @@ def _new_run(user: str, req: SubmitRequest, admitted: admission.Admitted) -> Run
         spec=spec.model_dump(mode="json"),
         manifest=req.manifest.model_dump(mode="json"),
         pools=[p.model_dump(mode="json") for p in admitted.pools],
+        config=admitted.config,
         gpus=admitted.gpus,
         idempotency_key=req.idempotency_key,
         current_attempt=0,
@@ -129,30 +129,18 @@ def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
         quota=limits,
     )
     blobs.require_owned(rt, user, req.manifest.digests())  # never another user's uploads
-    spec = req.spec
     run = _new_run(user, req, admitted)
     run.priority = limits.priority  # the queue orders by the user's priority at submit
-    run_dir = rt.storage.run_dir(user, spec.project, spec.experiment, run.id)
+    # The committed row is the durable record; the run's files are written when it is placed.
     try:
         with rt.transaction() as session:
             statemachine.admit(session, run, reason="waiting for the scheduler", actor=user)
-            session.flush()  # the unique constraint fires here, before run.json is written
-            rt.storage.write_run_json(
-                run_dir,
-                spec.model_dump(mode="json"),
-                req.manifest.model_dump(mode="json"),
-                admitted.config,
-            )
-    except IntegrityError:
-        shutil.rmtree(run_dir, ignore_errors=True)
+    except IntegrityError:  # the same key committed meanwhile: answer with that run
         with rt.transaction() as session:
             existing = _find_by_key(session, user, req.idempotency_key)
             if existing is None:
                 raise
             return _replay(session, existing, req)
-    except BaseException:
-        shutil.rmtree(run_dir, ignore_errors=True)
-        raise
     rt.wake_scheduler()
     with rt.transaction() as session:
         fresh = session.get(Run, run.id)

@@ -1,8 +1,8 @@
 """Blob ownership: which user has uploaded which digest (existence is answered per user).
 
-Revision ID: 0007_user_blobs
-Revises: 0006_json_columns
-Create Date: 2025-01-07
+Revision ID: 0008_user_blobs
+Revises: 0007_run_config
+Create Date: 2025-01-08
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0007_user_blobs"
-down_revision = "0006_json_columns"
+revision = "0008_user_blobs"
+down_revision = "0007_run_config"
 branch_labels = None
 depends_on = None
 
