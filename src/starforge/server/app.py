@@ -18,7 +18,18 @@ from fastapi import Depends, FastAPI
 
 from starforge import __version__
 from starforge.contract.api import API_PREFIX
-from starforge.server.api import blobs, cluster, deps, errors, ingest, lifecycle, meta, runs, stream
+from starforge.server.api import (
+    auth,
+    blobs,
+    cluster,
+    deps,
+    errors,
+    ingest,
+    lifecycle,
+    meta,
+    runs,
+    stream,
+)
 from starforge.server.console import routes as console
 from starforge.server.db import tables as _tables  # noqa: F401  (registers every ORM table)
 from starforge.server.executors.base import Executor
@@ -79,5 +90,6 @@ def create_app(
     for module in (meta, blobs, runs, lifecycle, ingest, stream):
         app.include_router(module.router, prefix=API_PREFIX, dependencies=gate)
     app.include_router(cluster.router, prefix=API_PREFIX, dependencies=gate)
+    app.include_router(auth.router, prefix=API_PREFIX, dependencies=gate)
     console.install(app)
     return app

@@ -19,7 +19,8 @@ from fastapi.staticfiles import StaticFiles
 
 from starforge import __version__
 from starforge.contract.api import API_PREFIX, ArtifactList
-from starforge.server.api.deps import RuntimeDep, UserDep, check_client_version
+from starforge.server.api.authz import PUBLIC, ReadRun, authorize
+from starforge.server.api.deps import RuntimeDep, check_client_version
 from starforge.server.console import views
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -40,13 +41,13 @@ def plotly_bundle() -> Path | None:
     return None
 
 
-@page.get("/")
+@page.get("/", dependencies=[authorize(PUBLIC)])
 def index() -> HTMLResponse:
     html = (STATIC / "index.html").read_text(encoding="utf-8").replace("{{version}}", __version__)
     return HTMLResponse(html, headers={"Cache-Control": "no-cache"})
 
 
-@page.get(f"/console/vendor/{PLOTLY_JS}")
+@page.get(f"/console/vendor/{PLOTLY_JS}", dependencies=[authorize(PUBLIC)])
 def plotly_js() -> Response:
     bundle = plotly_bundle()
     if bundle is None:
@@ -61,7 +62,7 @@ def plotly_js() -> Response:
 
 
 @api.get("/runs/{ref}/artifacts", response_model=ArtifactList)
-def run_artifacts(ref: str, rt: RuntimeDep, user: UserDep) -> ArtifactList:
+def run_artifacts(ref: str, rt: RuntimeDep, user: ReadRun) -> ArtifactList:
     return views.artifacts(rt, user, ref)
 
 
