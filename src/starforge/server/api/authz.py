@@ -87,7 +87,7 @@ def _user_dependency(rule: Rule) -> Callable[..., users.Caller]:
         if not caller.role.at_least(need):
             raise Forbidden(
                 f"only {_WHAT[need]} may {rule.action.replace('-', ' ')}; "
-                f"{caller} is a {caller.role.value}",
+                f"{caller}'s role is {caller.role.value}",
                 hint="ask an admin for another role (`sf admin user set-role`)",
                 details={"role": caller.role.value, "needs": need.value},
             )
