@@ -52,8 +52,9 @@ def running_embedded() -> tuple[str, int] | None:
     return url, pid
 
 
-def start_embedded() -> tuple[str, int]:
-    """Start the embedded server (unless one runs) and wait until it answers."""
+def start_embedded(server_args: list[str] | None = None) -> tuple[str, int]:
+    """Start the embedded server (unless one runs) and wait until it answers; ``server_args``
+    (``--host``, ``--tls-cert``, …) go to ``python -m starforge.server``."""
     folder = config.embedded_dir()
     folder.mkdir(parents=True, exist_ok=True)
     with (folder / "start.lock").open("w") as lock:
@@ -64,7 +65,8 @@ def start_embedded() -> tuple[str, int]:
         (folder / "server.json").unlink(missing_ok=True)
         with (folder / "server.out").open("ab") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "starforge.server", "--home", str(config.home())],
+                [sys.executable, "-m", "starforge.server", "--home", str(config.home())]
+                + (server_args or []),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
