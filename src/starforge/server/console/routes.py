@@ -4,8 +4,9 @@ The console is a single page (``static/index.html`` + ``app.js`` + ``style.css``
 same ``/api/v1`` as the CLI with the user's bearer token. A visitor who is not signed in gets a
 sign-in page (paste a token); the token is kept in the tab's session storage, so it dies with the
 tab (a link of the form ``/#/runs/ID?token=...`` also signs in; the fragment never reaches the
-server). What the console then shows is what the API lets that user's role see. Charts are drawn by plotly.js, served from the ``plotly`` package installed from PyPI (its
-wheel ships ``package_data/plotly.min.js``), so no third-party file is copied into this repository.
+server). What the console then shows is what the API lets that user's role see. Charts are
+drawn by plotly.js, served from the ``plotly`` package installed from PyPI (its wheel ships
+``package_data/plotly.min.js``), so no third-party file is copied into this repository.
 """
 
 from __future__ import annotations
