@@ -14,6 +14,7 @@ import hashlib
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,7 +32,7 @@ from starforge.server.runtime import Runtime
 from starforge.server.services import users
 from starforge.server.settings import Settings, load_settings
 
-from .factories import INVENTORY, PROFILES, FakeExecutor, insert_run, request
+from .factories import INVENTORY, PROFILES, FakeExecutor, insert_run, request, running_run
 
 # Routes FastAPI and Starlette add by themselves: the API's schema and docs, the console's files.
 BUILT_IN = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/console/static"}
@@ -223,3 +224,29 @@ def test_an_operator_sees_the_whole_queue_and_a_member_only_their_own(client: Te
 
     assert {mine, theirs} <= listed(op_token)
     assert mine in listed(member_token) and theirs not in listed(member_token)
+
+
+def test_the_cluster_view_names_another_users_run_only_to_operators(
+    settings: Settings, tmp_path: Path
+) -> None:
+    fresh = settings.model_copy(update={"home": tmp_path / "home"})  # an empty cluster
+    with TestClient(create_app(fresh, executor=FakeExecutor(), run_loops=False)) as client:
+        rt: Runtime = client.app.state.runtime  # type: ignore[attr-defined]
+        rt.pick_port = lambda: 40000
+        check_cluster_view(client, rt)
+
+
+def check_cluster_view(client: TestClient, rt: Runtime) -> None:
+    owner, owner_token = _user(rt, Role.MEMBER)
+    _, stranger_token = _user(rt, Role.MEMBER)
+    _, operator_token = _user(rt, Role.OPERATOR)
+    run_id = running_run(rt, user=owner)
+
+    def named(token: str) -> tuple[set[str], int]:
+        auth = {"Authorization": f"Bearer {token}"}
+        nodes = client.get(f"{API_PREFIX}/cluster/status", headers=auth).json()["nodes"]
+        return {r for n in nodes for r in n["runs"]}, sum(n["used"] for n in nodes)
+
+    (seen, used), (hidden, counted) = named(operator_token), named(stranger_token)
+    assert run_id in seen and run_id in named(owner_token)[0]
+    assert run_id not in hidden and counted == used  # its GPUs still count as used

@@ -13,8 +13,8 @@ router = APIRouter()
 
 
 @router.get("/cluster/status", response_model=ClusterStatus)
-def cluster_status(rt: RuntimeDep, _: Reader) -> ClusterStatus:
-    return usage.cluster_status(rt)
+def cluster_status(rt: RuntimeDep, user: Reader) -> ClusterStatus:
+    return usage.cluster_status(rt, user)
 
 
 @router.get("/usage/mine", response_model=MyUsage)

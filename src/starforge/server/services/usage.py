@@ -79,16 +79,28 @@ def list_all(rt: Runtime, admin: str) -> QuotaList:
         return QuotaList(users=[_user_quota(rt, session, n, held) for n in names])
 
 
-def cluster_status(rt: Runtime) -> ClusterStatus:
+def cluster_status(rt: Runtime, viewer: str | None = None) -> ClusterStatus:
+    """Capacity and use of every node; a node names only the runs ``viewer`` may see (another
+    user's run is counted in its GPUs, never named, unless ``viewer`` is an operator or admin)."""
     with rt.transaction() as session:
         held = queue.holdings(session)
+        ids = {h.run_id for h in held}
+        owners = {
+            r.id: r.user for r in session.execute(select(Run.id, Run.user).where(Run.id.in_(ids)))
+        }
         queued = session.scalar(select(func.count()).where(Run.status == JobStatus.QUEUED.value))
         active = session.scalar(select(func.count()).where(Run.status.in_(_ACTIVE)))
     nodes = []
     for n in rt.inventory:
         mine = [h for h in held if h.node == n.name]
         used = len({g for h in mine for g in h.gpus})
-        runs = sorted({h.run_id for h in mine})
+        runs = sorted(
+            {
+                h.run_id
+                for h in mine
+                if viewer is None or users.may_see(viewer, owners.get(h.run_id, ""))
+            }
+        )
         nodes.append(
             NodeCapacity(
                 name=n.name, series=n.series, gpus=n.gpus, used=used, free=n.gpus - used, runs=runs
