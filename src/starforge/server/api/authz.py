@@ -25,7 +25,6 @@ from enum import StrEnum
 from typing import Annotated, Any
 
 from fastapi import Depends, Header
-from fastapi.params import Depends as DependsParam
 
 from starforge.contract.auth import Role
 from starforge.contract.errors import Forbidden
@@ -96,7 +95,9 @@ def _user_dependency(rule: Rule) -> Callable[..., users.Caller]:
     return authorized
 
 
-def _no_user(rule: Rule) -> Callable[[], None]:
+def _no_user() -> Callable[[], None]:
+    """A fresh function per rule: the rule is recorded on it, so each needs its own."""
+
     def nobody() -> None:
         return None
 
@@ -109,17 +110,11 @@ _DEPENDENCIES: dict[Rule, Any] = {}
 def authorize(rule: Rule) -> Any:
     """The route's dependency for ``rule`` (one per rule, so FastAPI runs it once a request)."""
     if rule not in _DEPENDENCIES:
-        call: Callable[..., Any] = (
-            _user_dependency(rule) if rule.who is Who.USER else _no_user(rule)
-        )
+        call: Callable[..., Any] = _user_dependency(rule) if rule.who is Who.USER else _no_user()
         call.authz_rule = rule  # type: ignore[attr-defined]
         call.__name__ = f"authorize_{rule.action.replace('-', '_')}"
         _DEPENDENCIES[rule] = Depends(call)
     return _DEPENDENCIES[rule]
-
-
-def rule_of(dependency: DependsParam) -> Rule | None:
-    return getattr(dependency.dependency, "authz_rule", None)
 
 
 # The calling user under each rule, for route signatures: ``user: ReadRun``.
