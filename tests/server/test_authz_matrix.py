@@ -226,10 +226,10 @@ def test_an_operator_sees_the_whole_queue_and_a_member_only_their_own(client: Te
     assert mine in listed(member_token) and theirs not in listed(member_token)
 
 
-def test_the_cluster_view_names_another_users_run_only_to_operators(
-    settings: Settings, tmp_path: Path
-) -> None:
-    fresh = settings.model_copy(update={"home": tmp_path / "home"})  # an empty cluster
+def test_the_cluster_view_names_another_users_run_only_to_operators(tmp_path: Path) -> None:
+    fresh = load_settings(  # an empty cluster of its own
+        tmp_path / "home", inventory=INVENTORY, profiles=PROFILES, embedded=False
+    )
     with TestClient(create_app(fresh, executor=FakeExecutor(), run_loops=False)) as client:
         rt: Runtime = client.app.state.runtime  # type: ignore[attr-defined]
         rt.pick_port = lambda: 40000
