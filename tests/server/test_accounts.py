@@ -1,5 +1,5 @@
 """Users and tokens through the API: tokens shown once and stored as digests, expiry, revocation,
-disabled users, and a lab that always keeps an admin; and the 0008 migration that moved each
+disabled users, and a lab that always keeps an admin; and the 0009 migration that moved each
 user's one token into the tokens table."""
 
 from __future__ import annotations
@@ -109,9 +109,9 @@ def test_adding_a_user_twice_or_an_unknown_role_is_a_usage_error(client: TestCli
     assert bad.status_code == 400 and "role" in bad.json()["message"]
 
 
-def test_the_0008_upgrade_moves_each_users_token_and_makes_users_members(tmp_path: Path) -> None:
+def test_the_0009_upgrade_moves_each_users_token_and_makes_users_members(tmp_path: Path) -> None:
     engine = make_engine(f"sqlite:///{tmp_path / 'old.db'}")
-    command.upgrade(alembic_config(engine), "0007_run_config")
+    command.upgrade(alembic_config(engine), "0008_user_blobs")
     with engine.begin() as conn:
         conn.exec_driver_sql(
             "INSERT INTO users (name, token_sha256, created_at, role) VALUES "
@@ -128,7 +128,7 @@ def test_the_0008_upgrade_moves_each_users_token_and_makes_users_members(tmp_pat
             ("alice", False, ["default"]),
             ("root", False, ["default"]),
         ]
-    command.downgrade(alembic_config(engine), "0007_run_config")  # and back, tokens kept
+    command.downgrade(alembic_config(engine), "0008_user_blobs")  # and back, tokens kept
     with engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT name, token_sha256, role FROM users").all() == [
             ("alice", users.token_digest("alice-token"), "user"),

@@ -14,7 +14,7 @@ router = APIRouter()
 
 @router.get("/cluster/status", response_model=ClusterStatus)
 def cluster_status(rt: RuntimeDep, user: Reader) -> ClusterStatus:
-    return usage.cluster_status(rt, user)
+    return usage.cluster_status(rt, viewer=user)
 
 
 @router.get("/usage/mine", response_model=MyUsage)

@@ -23,6 +23,7 @@ from starforge.contract.api import (
     Usage,
     UserQuota,
 )
+from starforge.contract.auth import Role
 from starforge.contract.states import ACTIVE, JobStatus
 from starforge.server.db.models import Run, User
 from starforge.server.runtime import Runtime
@@ -80,27 +81,18 @@ def list_all(rt: Runtime, admin: str) -> QuotaList:
 
 
 def cluster_status(rt: Runtime, viewer: str | None = None) -> ClusterStatus:
-    """Capacity and use of every node; a node names only the runs ``viewer`` may see (another
-    user's run is counted in its GPUs, never named, unless ``viewer`` is an operator or admin)."""
+    """Capacity for everyone; run ids on nodes only the viewer's own (everyone's for operators
+    and admins): another user's run counts in its node's GPUs but is not named."""
     with rt.transaction() as session:
         held = queue.holdings(session)
-        ids = {h.run_id for h in held}
-        owners = {
-            r.id: r.user for r in session.execute(select(Run.id, Run.user).where(Run.id.in_(ids)))
-        }
+        see_all = viewer is None or Role(users.role_of(session, viewer)).at_least(Role.OPERATOR)
         queued = session.scalar(select(func.count()).where(Run.status == JobStatus.QUEUED.value))
         active = session.scalar(select(func.count()).where(Run.status.in_(_ACTIVE)))
     nodes = []
     for n in rt.inventory:
         mine = [h for h in held if h.node == n.name]
         used = len({g for h in mine for g in h.gpus})
-        runs = sorted(
-            {
-                h.run_id
-                for h in mine
-                if viewer is None or users.may_see(viewer, owners.get(h.run_id, ""))
-            }
-        )
+        runs = sorted({h.run_id for h in mine if see_all or h.user == viewer})
         nodes.append(
             NodeCapacity(
                 name=n.name, series=n.series, gpus=n.gpus, used=used, free=n.gpus - used, runs=runs

@@ -7,11 +7,11 @@
   ``member`` (it could submit and act on its own runs); ``admin`` stays ``admin``.
 - ``users.disabled``: false for every existing user.
 
-Downgrade keeps each user's newest unrevoked token (a 0007 server knew one token per user) and
+Downgrade keeps each user's newest unrevoked token (an older server knew one token per user) and
 turns ``member``, ``viewer`` and ``operator`` back into ``user``.
 
-Revision ID: 0008_users_tokens
-Revises: 0007_run_config
+Revision ID: 0009_users_tokens
+Revises: 0008_user_blobs
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0008_users_tokens"
-down_revision = "0007_run_config"
+revision = "0009_users_tokens"
+down_revision = "0008_user_blobs"
 branch_labels = None
 depends_on = None
 
