@@ -1,7 +1,9 @@
 """The web console in a real browser: headless Chromium (Debian's ``chromium`` package) driven by
 Playwright, against the real embedded server with a real run.
 
-The user's path: the console's home lists the project (the lab's ``starforge.yaml`` name), the
+The user's path: a visitor who is not signed in gets the sign-in page, where a wrong token is
+refused and their own token lets them in (the top bar names them and their role); the console's
+home lists the project (the lab's ``starforge.yaml`` name), the
 project page lists the run, the run page shows the ``loss`` curve with every logged point and the
 live log, which keeps growing while the run goes on and says when it ended. A screenshot of the
 run page is saved under ``test-artifacts/``.
@@ -113,8 +115,22 @@ def test_the_console_shows_a_runs_curve_and_live_log_under_its_project(
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.set_default_timeout(30_000)
-            page.goto(f"{info['url']}/#/?token={token}")
-            assert "token=" not in page.url  # the token leaves the address bar at once
+            page.goto(f"{info['url']}/#/")
+            page.locator("#signin").wait_for()  # not signed in: the sign-in page, nothing else
+            page.fill("#tok", "not-a-token")
+            page.click("#signin button")
+            page.locator(".error", has_text="That token was not accepted.").wait_for()
+            page.fill("#tok", token)
+            page.click("#signin button")
+            page.locator(f'a.card[data-project="{lab.name}"]').wait_for()
+            page.locator("#who .role", has_text="admin").wait_for()
+            assert page.evaluate("() => localStorage.length") == 0  # kept for the tab only
+
+            page.click("#signout")
+            page.locator("#signin").wait_for()
+            page.goto(f"{info['url']}/#/?token={token}")  # a signed-in link (sf job console)
+            # the token leaves the address bar as soon as the page reads it
+            page.wait_for_function("() => !location.href.includes('token=')")
 
             page.click(f'a.card[data-project="{lab.name}"]')
             row = page.locator(f'tr[data-run-id="{run_id}"]')

@@ -51,7 +51,7 @@ def test_health_and_info_need_no_token(client: TestClient) -> None:
 
 
 def test_whoami_names_the_token_owner(client: TestClient) -> None:
-    assert client.get("/whoami", headers=BOB).json() == {"user": "bob"}
+    assert client.get("/whoami", headers=BOB).json() == {"user": "bob", "role": "member"}
 
 
 @pytest.mark.parametrize(
@@ -215,7 +215,7 @@ def test_the_embedded_server_creates_a_private_local_token_and_keeps_it(
         with TestClient(create_app(settings, executor=executor, run_loops=False)) as c:
             token = path.read_text().strip()
             resp = c.get(f"{API_PREFIX}/whoami", headers={"Authorization": f"Bearer {token}"})
-            assert resp.json() == {"user": users.local_user_name()}
+            assert resp.json() == {"user": users.local_user_name(), "role": "admin"}
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 

@@ -69,7 +69,7 @@ def test_my_usage_lists_my_quota_my_active_runs_and_my_queued_runs(client: TestC
     place_and_start(client)
     waiting = submit(client, BOB, ["h200:8"])
     got = MyUsage.model_validate(client.get("/usage/mine", headers=BOB).json())
-    assert (got.user, got.role, got.default) == ("bob", "user", True)
+    assert (got.user, got.role, got.default) == ("bob", "member", True)
     assert got.usage.gpus_by_series == {"h200": 16} and got.usage.queued == 1
     assert [r.run_id for r in got.active] == [active]
     assert [(r.run_id, r.queue_position) for r in got.queued_runs] == [(waiting, 1)]
@@ -91,7 +91,7 @@ def test_admins_set_quotas_in_part_and_others_are_forbidden(client: TestClient) 
     listed = client.get("/admin/quotas", headers=ALICE).json()["users"]
     assert [(u["user"], u["role"], u["default"]) for u in listed] == [
         ("alice", "admin", True),
-        ("bob", "user", False),
+        ("bob", "member", False),
     ]
     missing = client.put("/admin/quotas/nobody", json={"max_runs": 1}, headers=ALICE)
     assert (missing.status_code, missing.json()["code"]) == (404, "users.not_found")

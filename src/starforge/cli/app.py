@@ -7,6 +7,7 @@ import typer
 from starforge import __version__
 from starforge.cli import (
     cmd_admin,
+    cmd_auth,
     cmd_demo,
     cmd_job,
     cmd_lab,
@@ -64,3 +65,7 @@ app.add_typer(cmd_job.app, name="job", rich_help_panel="Job")
 app.command("status", rich_help_panel="Job")(cmd_status.status)
 app.add_typer(cmd_server.app, name="server", rich_help_panel="Management")
 app.add_typer(cmd_admin.app, name="admin", rich_help_panel="Management")
+app.command(rich_help_panel="Management")(cmd_auth.login)
+app.command(rich_help_panel="Management")(cmd_auth.logout)
+app.command(rich_help_panel="Management")(cmd_auth.whoami)
+app.add_typer(cmd_auth.token_app, name="token", rich_help_panel="Management")

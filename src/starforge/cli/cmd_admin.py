@@ -1,12 +1,14 @@
-"""``sf admin quota show|set``: users' quotas (GPUs and runs at once, allowed profiles, priority).
+"""``sf admin user add|ls|set-role|disable|enable`` and ``sf admin quota show|set``.
 
-Only admins may call these; on the embedded server the local user is the admin. A user an admin
-never set a quota for follows the server's defaults (``quota_defaults`` in server.yaml).
+Only admins may call these; on the embedded server the local user is the admin. A new user's
+first token is printed once (``--json`` gives it as ``token``). A user an admin never set a quota
+for follows the server's defaults (``quota_defaults`` in server.yaml).
 """
 
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -17,12 +19,17 @@ from starforge.cli.output import out
 
 if TYPE_CHECKING:
     from starforge.contract.api import UserQuota
+    from starforge.contract.auth import UserView
 
 app = typer.Typer(help="Administer the control plane (admins only).", no_args_is_help=True)
 quota_app = typer.Typer(
     help="Users' quotas: GPUs and runs at once, allowed profiles, priority.",
     no_args_is_help=True,
 )
+user_app = typer.Typer(
+    help="Users and their roles: viewer, member, operator, admin.", no_args_is_help=True
+)
+app.add_typer(user_app, name="user")
 app.add_typer(quota_app, name="quota")
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print a JSON document for scripts.")]
 NONE = "none"
@@ -174,3 +181,114 @@ def set_quota(
     out.data(found.model_dump(mode="json"))
     out.success(f"quota of {found.user} updated")
     _print(found)
+
+
+# ---- users --------------------------------------------------------------------------------------
+
+ROLE_HELP = (
+    "viewer (reads), member (submits, acts on own runs), operator (acts on anyone's runs), "
+    "admin (also users, quotas, lab settings)"
+)
+
+
+class RoleName(StrEnum):
+    viewer = "viewer"
+    member = "member"
+    operator = "operator"
+    admin = "admin"
+
+
+def _user_row(u: UserView) -> list[str]:
+    return [u.name, u.role.value, "disabled" if u.disabled else "active", str(u.tokens)]
+
+
+@user_app.command("add")
+def user_add(
+    name: Annotated[str, typer.Argument(help="The new user's name.", callback=_user_ref)],
+    role: Annotated[RoleName, typer.Option("--role", help=ROLE_HELP)] = RoleName.member,
+    json_out: JsonOpt = False,
+) -> None:
+    """Add a user; their first token is printed once (give it to them for `sf login`).
+
+    Examples:
+
+      sf admin user add alice
+
+      sf admin user add bob --role viewer --json   (the token is in "token")
+    """
+    from starforge.cli.connect import connect
+
+    out.set_json(json_out)
+    with connect() as client:
+        made = client.add_user(name, role.value)
+    out.data({"token": made.token, **made.user.model_dump(mode="json")})
+    out.success(f"user {made.user.name} added ({made.user.role.value}); their token, shown once:")
+    out.line(made.token)
+
+
+@user_app.command("ls")
+def user_ls(json_out: JsonOpt = False) -> None:
+    """List the users with their role, state and number of live tokens.
+
+    Example: sf admin user ls
+    """
+    from starforge.cli.connect import connect
+
+    out.set_json(json_out)
+    with connect() as client:
+        found = client.users().users
+    out.data([u.model_dump(mode="json") for u in found])
+    out.table(["USER", "ROLE", "STATE", "TOKENS"], [_user_row(u) for u in found])
+
+
+@user_app.command("set-role")
+def user_set_role(
+    name: Annotated[str, typer.Argument(help="The user.", callback=_user_ref)],
+    role: Annotated[RoleName, typer.Argument(help=ROLE_HELP)],
+    json_out: JsonOpt = False,
+) -> None:
+    """Change a user's role.
+
+    Example: sf admin user set-role alice operator
+    """
+    from starforge.cli.connect import connect
+
+    out.set_json(json_out)
+    with connect() as client:
+        done = client.set_role(name, role.value)
+    out.data(done.model_dump(mode="json"))
+    out.success(f"{done.name} is now {done.role.value}")
+
+
+def _set_disabled(name: str, disabled: bool, json_out: bool) -> None:
+    from starforge.cli.connect import connect
+
+    out.set_json(json_out)
+    with connect() as client:
+        done = client.set_disabled(name, disabled)
+    out.data(done.model_dump(mode="json"))
+    out.success(f"{done.name} is {'disabled' if done.disabled else 'enabled'}")
+
+
+@user_app.command("disable")
+def user_disable(
+    name: Annotated[str, typer.Argument(help="The user.", callback=_user_ref)],
+    json_out: JsonOpt = False,
+) -> None:
+    """Disable a user: their tokens are refused; their runs and history stay.
+
+    Example: sf admin user disable alice
+    """
+    _set_disabled(name, True, json_out)
+
+
+@user_app.command("enable")
+def user_enable(
+    name: Annotated[str, typer.Argument(help="The user.", callback=_user_ref)],
+    json_out: JsonOpt = False,
+) -> None:
+    """Enable a disabled user again.
+
+    Example: sf admin user enable alice
+    """
+    _set_disabled(name, False, json_out)

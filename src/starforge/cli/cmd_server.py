@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -12,6 +13,23 @@ from starforge.cli.output import out
 
 app = typer.Typer(help="Run the embedded control plane on this machine.", no_args_is_help=True)
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print a JSON document for scripts.")]
+
+
+def _server_args(
+    host: str | None, port: int | None, cert: Path | None, key: Path | None, proxy: bool
+) -> list[str]:
+    """The server's flags, checked here first so a refusal starts nothing."""
+    from starforge.contract import listen
+    from starforge.contract.errors import UsageError
+
+    if host is not None:
+        listen.check(listen.Listen(host, cert, key, proxy))
+    for flag, path in (("--tls-cert", cert), ("--tls-key", key)):
+        if path is not None and not path.is_file():
+            raise UsageError(f"{flag} {path}: no such file", hint="give the PEM file's path")
+    pairs = [("--host", host), ("--port", port), ("--tls-cert", cert), ("--tls-key", key)]
+    args = [str(x) for flag, value in pairs if value is not None for x in (flag, value)]
+    return args + (["--behind-proxy"] if proxy else [])
 
 
 def _uptime(started: datetime) -> str:
@@ -41,16 +59,27 @@ def _describe(url: str) -> dict[str, object]:
 
 
 @app.command()
-def start(json_out: JsonOpt = False) -> None:
-    """Start the embedded server in the background (nothing happens if it already runs).
+def start(
+    json_out: JsonOpt = False,
+    host: Annotated[str | None, typer.Option("--host", help="Address to listen on.")] = None,
+    port: Annotated[int | None, typer.Option("--port", help="Port (0: a free one).")] = None,
+    tls_cert: Annotated[Path | None, typer.Option("--tls-cert", help="HTTPS certificate.")] = None,
+    tls_key: Annotated[Path | None, typer.Option("--tls-key", help="Its key (PEM).")] = None,
+    behind_proxy: Annotated[
+        bool, typer.Option("--behind-proxy", help="Plain HTTP behind a TLS proxy.")
+    ] = False,
+) -> None:
+    """Start the server in the background (nothing happens if it already runs).
 
-    Example: sf server start
+    Off 127.0.0.1 it needs --tls-cert/--tls-key or --behind-proxy (tokens never go in the
+    clear). Examples: sf server start ·
+    sf server start --host 0.0.0.0 --port 8443 --tls-cert cert.pem --tls-key key.pem
     """
     from starforge.cli import connect
 
     out.set_json(json_out)
     began = time.monotonic()
-    url, _ = connect.start_embedded()
+    url, _ = connect.start_embedded(_server_args(host, port, tls_cert, tls_key, behind_proxy))
     state = _describe(url)
     out.data(state)
     out.success(f"server running at {url} (pid {state['pid']}, {time.monotonic() - began:.1f}s)")

@@ -1,6 +1,7 @@
 """Finding (and if needed starting) the control plane the CLI talks to.
 
-With ``STARFORGE_SERVER`` set, that server is used as it is. Otherwise the embedded default: a
+With ``STARFORGE_SERVER`` set, or a server saved by ``sf login``, that server is used as it is
+(:func:`starforge.client.config.configured_remote`). Otherwise the embedded default: a
 server process under ``$STARFORGE_HOME/server`` on 127.0.0.1, started in the background by the
 first command that needs it (a file lock keeps two commands from starting two servers).
 """
@@ -51,8 +52,9 @@ def running_embedded() -> tuple[str, int] | None:
     return url, pid
 
 
-def start_embedded() -> tuple[str, int]:
-    """Start the embedded server (unless one runs) and wait until it answers."""
+def start_embedded(server_args: list[str] | None = None) -> tuple[str, int]:
+    """Start the embedded server (unless one runs) and wait until it answers; ``server_args``
+    (``--host``, ``--tls-cert``, …) go to ``python -m starforge.server``."""
     folder = config.embedded_dir()
     folder.mkdir(parents=True, exist_ok=True)
     with (folder / "start.lock").open("w") as lock:
@@ -63,7 +65,8 @@ def start_embedded() -> tuple[str, int]:
         (folder / "server.json").unlink(missing_ok=True)
         with (folder / "server.out").open("ab") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "starforge.server", "--home", str(config.home())],
+                [sys.executable, "-m", "starforge.server", "--home", str(config.home())]
+                + (server_args or []),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -100,7 +103,7 @@ def stop_embedded(timeout_s: float = 30.0) -> int | None:
 
 def connect(*, start: bool = True) -> Client:
     """A client for the configured server, starting the embedded one when needed."""
-    remote = config.remote_from_env()
+    remote = config.configured_remote()
     if remote is not None:
         return Client(remote.url, token=remote.token)
     found = running_embedded()

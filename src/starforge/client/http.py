@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from starforge import __version__
 from starforge.client.sse import EventStream
-from starforge.contract import api
+from starforge.contract import api, auth
 from starforge.contract.base import Contract
 from starforge.contract.errors import ServerError, ServerUnreachable, from_wire
 
@@ -229,3 +229,32 @@ class Client:
         """Only the fields set on ``update`` are sent: the others keep their value."""
         body = update.model_dump(mode="json", exclude_unset=True)
         return api.UserQuota.read(self._send("PUT", f"/admin/quotas/{user}", json=body).content)
+
+    # ---- users and tokens ---------------------------------------------------------------------
+
+    def users(self) -> auth.UserList:
+        return self._get("/users", auth.UserList)
+
+    def add_user(self, name: str, role: str) -> auth.UserCreated:
+        body = auth.UserCreate(name=name, role=auth.Role(role))
+        return self._post("/users", auth.UserCreated, body)
+
+    def set_role(self, name: str, role: str) -> auth.UserView:
+        body = auth.RoleUpdate(role=auth.Role(role)).model_dump(mode="json")
+        return auth.UserView.read(self._send("PUT", f"/users/{name}/role", json=body).content)
+
+    def set_disabled(self, name: str, disabled: bool) -> auth.UserView:
+        action = "disable" if disabled else "enable"
+        return self._post(f"/users/{name}/{action}", auth.UserView)
+
+    def tokens(self) -> auth.TokenList:
+        return self._get("/tokens", auth.TokenList)
+
+    def create_token(
+        self, *, name: str | None = None, expires_days: int | None = None
+    ) -> auth.TokenCreated:
+        body = auth.TokenCreate(name=name, expires_days=expires_days)
+        return self._post("/tokens", auth.TokenCreated, body)
+
+    def revoke_token(self, ref: str) -> auth.TokenView:
+        return self._post(f"/tokens/{ref}/revoke", auth.TokenView)

@@ -45,6 +45,7 @@ class ServerInfo(Contract):
 
 class WhoAmI(Contract):
     user: str
+    role: str = "member"  # starforge.contract.auth.Role
 
 
 class MissingBlobsRequest(Contract):
@@ -360,7 +361,7 @@ class Usage(Contract):
 
 class UserQuota(Contract):
     user: str
-    role: str = "user"
+    role: str = "member"
     quota: Quota
     default: bool = True  # no quota of its own: the server's defaults apply
     usage: Usage = Field(default_factory=Usage)

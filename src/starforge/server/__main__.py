@@ -24,7 +24,9 @@ from pathlib import Path
 import uvicorn
 
 from starforge import __version__
+from starforge.contract import listen
 from starforge.contract.atomic import write_json_atomic
+from starforge.contract.errors import UsageError
 from starforge.server.app import create_app
 from starforge.server.db.models import utcnow
 from starforge.server.executors.local import pid_alive
@@ -41,6 +43,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--home", help="state directory (default $STARFORGE_HOME or ~/.starforge)")
     parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port to listen on (0 = a free one)")
+    parser.add_argument("--tls-cert", type=Path, help="serve HTTPS with this certificate (PEM)")
+    parser.add_argument("--tls-key", type=Path, help="the certificate's private key (PEM)")
+    parser.add_argument(
+        "--behind-proxy", action="store_true", help="plain HTTP behind a TLS-terminating proxy"
+    )
     return parser.parse_args(argv)
 
 
@@ -78,9 +85,9 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def url_of(sock: socket.socket) -> str:
+def url_of(sock: socket.socket, scheme: str = "http") -> str:
     host, port = sock.getsockname()[:2]
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
 
 class Server(uvicorn.Server):
@@ -123,6 +130,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     settings = load_settings(args.home, **overrides)
+    exposure = listen.Listen(settings.host, args.tls_cert, args.tls_key, args.behind_proxy)
+    try:
+        listen.check(exposure)
+    except UsageError as err:
+        print(f"error: {err.message}\nhint: {err.hint}", file=sys.stderr)
+        return 2
     setup_logging(settings)
     info_path = settings.server_dir / "server.json"
     running = other_server(info_path)
@@ -130,11 +143,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"a StarForge server already runs for {settings.home} at {running}", file=sys.stderr)
         return 1
     sock = bind(settings.host, settings.port)
-    url = settings.url or url_of(sock)
+    url = settings.url or url_of(sock, exposure.scheme)
     settings = settings.model_copy(update={"url": url})
     app = create_app(settings)
     config = uvicorn.Config(
-        app, log_config=None, access_log=False, timeout_graceful_shutdown=SHUTDOWN_GRACE_S
+        app,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+        ssl_certfile=exposure.tls_cert,
+        ssl_keyfile=exposure.tls_key,
     )
     info = {
         "url": url,

@@ -21,6 +21,7 @@ from fastapi import Depends, FastAPI
 from starforge import __version__
 from starforge.contract.api import API_PREFIX
 from starforge.server.api import (
+    auth,
     blobs,
     bodies,
     cluster,
@@ -98,5 +99,6 @@ def create_app(
     for module in (meta, blobs, runs, lifecycle, ingest, stream):
         app.include_router(module.router, prefix=API_PREFIX, dependencies=gate)
     app.include_router(cluster.router, prefix=API_PREFIX, dependencies=gate)
+    app.include_router(auth.router, prefix=API_PREFIX, dependencies=gate)
     console.install(app)
     return app

@@ -10,18 +10,19 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from starforge.contract.api import MissingBlobsRequest, MissingBlobsResponse
-from starforge.server.api.deps import RuntimeDep, UserDep
+from starforge.server.api.authz import Submitter
+from starforge.server.api.deps import RuntimeDep
 from starforge.server.services import blobs
 
 router = APIRouter()
 
 
 @router.post("/blobs/missing", response_model=MissingBlobsResponse)
-def missing(body: MissingBlobsRequest, rt: RuntimeDep, user: UserDep) -> MissingBlobsResponse:
+def missing(body: MissingBlobsRequest, rt: RuntimeDep, user: Submitter) -> MissingBlobsResponse:
     return MissingBlobsResponse(missing=blobs.missing(rt, user, body.digests))
 
 
 @router.put("/blobs/{sha256}", status_code=201)
-async def put_blob(sha256: str, request: Request, rt: RuntimeDep, user: UserDep) -> JSONResponse:
+async def put_blob(sha256: str, request: Request, rt: RuntimeDep, user: Submitter) -> JSONResponse:
     size = await blobs.upload(rt, user, sha256, request.stream())
     return JSONResponse({"sha256": sha256, "size": size}, status_code=201)

@@ -26,15 +26,16 @@ from starforge.contract.api import (
     ProgressList,
     RunMetaView,
 )
+from starforge.server.api.authz import RUNNER, Reader, ReadRun, authorize
 from starforge.server.api.bodies import require_json
-from starforge.server.api.deps import RuntimeDep, UserDep
+from starforge.server.api.deps import RuntimeDep
 from starforge.server.api.errors import validation_error
 from starforge.server.services import metrics
 
 router = APIRouter()
 
 
-@router.post("/runs/{run_id}/ingest", response_model=IngestAck)
+@router.post("/runs/{run_id}/ingest", response_model=IngestAck, dependencies=[authorize(RUNNER)])
 async def ingest(
     run_id: str,
     request: Request,
@@ -55,7 +56,7 @@ async def ingest(
 def run_metrics(
     ref: str,
     rt: RuntimeDep,
-    user: UserDep,
+    user: ReadRun,
     key: Annotated[list[str] | None, Query()] = None,
     max_points: Annotated[int, Query(ge=2, le=100_000)] = metrics.DEFAULT_MAX_POINTS,
 ) -> MetricsView:
@@ -63,13 +64,13 @@ def run_metrics(
 
 
 @router.get("/runs/{ref}/meta", response_model=RunMetaView)
-def run_meta(ref: str, rt: RuntimeDep, user: UserDep) -> RunMetaView:
+def run_meta(ref: str, rt: RuntimeDep, user: ReadRun) -> RunMetaView:
     return metrics.meta(rt, user, ref)
 
 
 @router.get("/progress", response_model=ProgressList)
 def progress(
-    rt: RuntimeDep, user: UserDep, runs: Annotated[str, Query(max_length=20_000)] = ""
+    rt: RuntimeDep, user: Reader, runs: Annotated[str, Query(max_length=20_000)] = ""
 ) -> ProgressList:
     """How far each named run (comma-separated ids) has logged its metrics."""
     return metrics.progress(rt, user, [r for r in runs.split(",") if r])

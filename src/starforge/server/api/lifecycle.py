@@ -7,13 +7,16 @@ from typing import Annotated
 from fastapi import APIRouter, Header
 
 from starforge.contract.api import RUN_TOKEN_HEADER, LifecycleAck, LifecycleEvent
+from starforge.server.api.authz import RUNNER, authorize
 from starforge.server.api.deps import RuntimeDep
 from starforge.server.services import lifecycle
 
 router = APIRouter()
 
 
-@router.post("/runs/{run_id}/lifecycle", response_model=LifecycleAck)
+@router.post(
+    "/runs/{run_id}/lifecycle", response_model=LifecycleAck, dependencies=[authorize(RUNNER)]
+)
 def post_event(
     run_id: str,
     body: LifecycleEvent,

@@ -8,17 +8,18 @@ from fastapi import APIRouter
 
 from starforge import __version__
 from starforge.contract.api import ProfilesResponse, ServerInfo, WhoAmI
-from starforge.server.api.deps import RuntimeDep, UserDep
+from starforge.server.api.authz import PUBLIC, Reader, ReadSelf, authorize
+from starforge.server.api.deps import RuntimeDep
 
 router = APIRouter()
 
 
-@router.get("/health")
+@router.get("/health", dependencies=[authorize(PUBLIC)])
 def health() -> dict[str, bool]:
     return {"ok": True}
 
 
-@router.get("/info", response_model=ServerInfo)
+@router.get("/info", response_model=ServerInfo, dependencies=[authorize(PUBLIC)])
 def info(rt: RuntimeDep) -> ServerInfo:
     return ServerInfo(
         version=__version__,
@@ -30,10 +31,10 @@ def info(rt: RuntimeDep) -> ServerInfo:
 
 
 @router.get("/whoami", response_model=WhoAmI)
-def whoami(user: UserDep) -> WhoAmI:
-    return WhoAmI(user=user)
+def whoami(user: ReadSelf) -> WhoAmI:
+    return WhoAmI(user=user, role=user.role.value)
 
 
 @router.get("/profiles", response_model=ProfilesResponse)
-def profiles(rt: RuntimeDep, _: UserDep) -> ProfilesResponse:
+def profiles(rt: RuntimeDep, _: Reader) -> ProfilesResponse:
     return ProfilesResponse(profiles=rt.settings.profiles, hf_offline=rt.settings.hf_offline)

@@ -16,7 +16,8 @@ from starforge.contract.api import (
     SubmitResponse,
 )
 from starforge.contract.states import JobStatus
-from starforge.server.api.deps import RuntimeDep, UserDep
+from starforge.server.api.authz import ActOnRun, Reader, ReadRun, Submitter
+from starforge.server.api.deps import RuntimeDep
 from starforge.server.services import actions, jobs, logs
 
 router = APIRouter()
@@ -24,7 +25,7 @@ router = APIRouter()
 
 @router.post("/jobs", response_model=SubmitResponse, status_code=201)
 def submit(
-    body: SubmitRequest, response: Response, rt: RuntimeDep, user: UserDep
+    body: SubmitRequest, response: Response, rt: RuntimeDep, user: Submitter
 ) -> SubmitResponse:
     result = jobs.submit(rt, user, body)
     response.status_code = 201 if result.created else 200
@@ -34,7 +35,7 @@ def submit(
 @router.get("/runs", response_model=RunList)
 def list_runs(
     rt: RuntimeDep,
-    user: UserDep,
+    user: Reader,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     status: JobStatus | None = None,
 ) -> RunList:
@@ -42,27 +43,27 @@ def list_runs(
 
 
 @router.get("/runs/{ref}", response_model=RunView)
-def get_run(ref: str, rt: RuntimeDep, user: UserDep) -> RunView:
+def get_run(ref: str, rt: RuntimeDep, user: ReadRun) -> RunView:
     return jobs.get(rt, user, ref)
 
 
 @router.post("/runs/{ref}/stop", response_model=ActionResult)
-def stop_run(ref: str, rt: RuntimeDep, user: UserDep) -> ActionResult:
+def stop_run(ref: str, rt: RuntimeDep, user: ActOnRun) -> ActionResult:
     return actions.stop(rt, user, ref)
 
 
 @router.post("/runs/{ref}/pause", response_model=ActionResult)
-def pause_run(ref: str, rt: RuntimeDep, user: UserDep) -> ActionResult:
+def pause_run(ref: str, rt: RuntimeDep, user: ActOnRun) -> ActionResult:
     return actions.pause(rt, user, ref)
 
 
 @router.post("/runs/{ref}/resume", response_model=ActionResult)
-def resume_run(ref: str, rt: RuntimeDep, user: UserDep) -> ActionResult:
+def resume_run(ref: str, rt: RuntimeDep, user: ActOnRun) -> ActionResult:
     return actions.resume(rt, user, ref)
 
 
 @router.post("/runs/{ref}/retry", response_model=ActionResult)
-def retry_run(ref: str, rt: RuntimeDep, user: UserDep) -> ActionResult:
+def retry_run(ref: str, rt: RuntimeDep, user: ActOnRun) -> ActionResult:
     return actions.retry(rt, user, ref)
 
 
@@ -70,7 +71,7 @@ def retry_run(ref: str, rt: RuntimeDep, user: UserDep) -> ActionResult:
 async def run_logs(
     ref: str,
     rt: RuntimeDep,
-    user: UserDep,
+    user: ReadRun,
     attempt: Annotated[int | None, Query(ge=1)] = None,
     offset: Annotated[int, Query(ge=0)] = 0,
     wait: Annotated[float, Query(ge=0)] = 0.0,

@@ -15,7 +15,8 @@ from fastapi import APIRouter, Header, Query
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from starforge.contract.api import SSE_STATUS
-from starforge.server.api.deps import RuntimeDep, UserDep
+from starforge.server.api.authz import ReadRun
+from starforge.server.api.deps import RuntimeDep
 from starforge.server.services import logs
 
 router = APIRouter()
@@ -35,7 +36,7 @@ async def _sse(events: AsyncIterator[logs.StreamEvent]) -> AsyncIterator[ServerS
 async def stream_logs(
     ref: str,
     rt: RuntimeDep,
-    user: UserDep,
+    user: ReadRun,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
     from_: Annotated[str | None, Query(alias="from")] = None,
     tail: Annotated[int | None, Query(ge=0)] = None,

@@ -1,10 +1,12 @@
 """Serving the console: the page at ``/``, its static files, the chart library, one API call.
 
 The console is a single page (``static/index.html`` + ``app.js`` + ``style.css``) that talks to the
-same ``/api/v1`` as the CLI with the user's bearer token, which it keeps in the browser's local
-storage (a link of the form ``/#/runs/ID?token=...`` signs in; the fragment never reaches the
-server). Charts are drawn by plotly.js, served from the ``plotly`` package installed from PyPI (its
-wheel ships ``package_data/plotly.min.js``), so no third-party file is copied into this repository.
+same ``/api/v1`` as the CLI with the user's bearer token. A visitor who is not signed in gets a
+sign-in page (paste a token); the token is kept in the tab's session storage, so it dies with the
+tab (a link of the form ``/#/runs/ID?token=...`` also signs in; the fragment never reaches the
+server). What the console then shows is what the API lets that user's role see. Charts are
+drawn by plotly.js, served from the ``plotly`` package installed from PyPI (its wheel ships
+``package_data/plotly.min.js``), so no third-party file is copied into this repository.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from fastapi.staticfiles import StaticFiles
 
 from starforge import __version__
 from starforge.contract.api import API_PREFIX, ArtifactList
-from starforge.server.api.deps import RuntimeDep, UserDep, check_client_version
+from starforge.server.api.authz import PUBLIC, ReadRun, authorize
+from starforge.server.api.deps import RuntimeDep, check_client_version
 from starforge.server.console import views
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -40,13 +43,13 @@ def plotly_bundle() -> Path | None:
     return None
 
 
-@page.get("/")
+@page.get("/", dependencies=[authorize(PUBLIC)])
 def index() -> HTMLResponse:
     html = (STATIC / "index.html").read_text(encoding="utf-8").replace("{{version}}", __version__)
     return HTMLResponse(html, headers={"Cache-Control": "no-cache"})
 
 
-@page.get(f"/console/vendor/{PLOTLY_JS}")
+@page.get(f"/console/vendor/{PLOTLY_JS}", dependencies=[authorize(PUBLIC)])
 def plotly_js() -> Response:
     bundle = plotly_bundle()
     if bundle is None:
@@ -61,7 +64,7 @@ def plotly_js() -> Response:
 
 
 @api.get("/runs/{ref}/artifacts", response_model=ArtifactList)
-def run_artifacts(ref: str, rt: RuntimeDep, user: UserDep) -> ArtifactList:
+def run_artifacts(ref: str, rt: RuntimeDep, user: ReadRun) -> ArtifactList:
     return views.artifacts(rt, user, ref)
 
 

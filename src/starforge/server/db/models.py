@@ -1,6 +1,7 @@
 """ORM models of the control plane's database.
 
-Tables: ``users`` (who may call the API), ``runs`` (one row per submission, stable for life),
+Tables: ``users`` (who may call the API, with a role), ``api_tokens`` (their tokens, as sha256
+digests), ``runs`` (one row per submission, stable for life),
 ``attempts`` (one row per placement of a run: where it ran, how it ended) and ``events`` (every
 status change, append-only). Only :mod:`starforge.server.statemachine` writes ``runs.status``.
 
@@ -19,6 +20,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    Boolean,
     DateTime,
     ForeignKey,
     Integer,
@@ -27,6 +29,7 @@ from sqlalchemy import (
     TypeDecorator,
     UniqueConstraint,
 )
+from sqlalchemy import false as sa_false
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.mutable import MutableDict
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -66,10 +69,32 @@ class User(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(100), unique=True)
-    token_sha256: Mapped[str] = mapped_column(String(64), index=True)
-    # "admin" may set quotas; the embedded server's local user is one
-    role: Mapped[str] = mapped_column(String(20), default="user", server_default="user")
+    # viewer | member | operator | admin (starforge.contract.auth.Role); the embedded server's
+    # local user is an admin
+    role: Mapped[str] = mapped_column(String(20), default="member", server_default="member")
+    # a disabled user's tokens are refused; its runs and history stay
+    disabled: Mapped[bool] = mapped_column(Boolean, default=False, server_default=sa_false())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    tokens: Mapped[list[Token]] = relationship(
+        back_populates="owner", cascade="all, delete-orphan", order_by="Token.id"
+    )
+
+
+class Token(Base):
+    """An API token of a user: only its sha256 is kept; it is shown once, when created."""
+
+    __tablename__ = "api_tokens"
+    __table_args__ = (UniqueConstraint("user_id", "name", name="uq_api_tokens_user_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(100))
+    sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    owner: Mapped[User] = relationship(back_populates="tokens")
 
 
 class Run(Base):

@@ -31,7 +31,7 @@ from starforge.contract.states import EndReason, JobStatus
 from starforge.server import statemachine
 from starforge.server.db.models import Attempt, Run
 from starforge.server.runtime import Runtime
-from starforge.server.services import admission, blobs, lifecycle, queue, quotas
+from starforge.server.services import admission, blobs, lifecycle, queue, quotas, users
 
 log = logging.getLogger(__name__)
 MAX_CANDIDATES = 8
@@ -158,12 +158,12 @@ def resolve(session: Session, user: str, ref: str) -> Run:
         raise RunNotFound("no run id given", hint="`sf job ls` lists your runs")
     prefix = ref if ref.startswith("r-") or "r-".startswith(ref) else "r-" + ref
     run = session.get(Run, prefix)
-    if run is not None and run.user == user:
+    if run is not None and users.may_see(user, run.user):  # another's run: as if absent
         return run
     escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     rows = session.scalars(
         select(Run)
-        .where(Run.user == user, Run.id.like(escaped + "%", escape="\\"))
+        .where(users.visible_runs(user), Run.id.like(escaped + "%", escape="\\"))
         .order_by(Run.created_at.desc())
         .limit(MAX_CANDIDATES + 1)
     ).all()
@@ -263,7 +263,7 @@ def list_runs(
     rt: Runtime, user: str, *, limit: int = 50, status: JobStatus | None = None
 ) -> list[RunView]:
     with rt.transaction() as session:
-        query = select(Run).where(Run.user == user).options(selectinload(Run.attempts))
+        query = select(Run).where(users.visible_runs(user)).options(selectinload(Run.attempts))
         if status is not None:
             query = query.where(Run.status == status.value)
         rows = session.scalars(

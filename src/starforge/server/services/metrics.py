@@ -36,7 +36,7 @@ from starforge.contract.states import JobStatus
 from starforge.server.db.metrics import MAX_KEY_LENGTH, MetricPoint, RunMeta
 from starforge.server.db.models import Run, utcnow
 from starforge.server.runtime import Runtime
-from starforge.server.services import jobs
+from starforge.server.services import jobs, users
 from starforge.server.services.users import token_digest
 
 MAX_POINTS_PER_BATCH = 100_000
@@ -268,7 +268,7 @@ def progress(rt: Runtime, user: str, run_ids: list[str]) -> ProgressList:
         rows = session.execute(
             select(RunMeta.run_id, RunMeta.last_step, RunMeta.updated_at)
             .join(Run, Run.id == RunMeta.run_id)
-            .where(Run.user == user, RunMeta.run_id.in_(run_ids[:1000]))
+            .where(users.visible_runs(user), RunMeta.run_id.in_(run_ids[:1000]))
         ).all()
         return ProgressList(
             runs=[RunProgress(run_id=r[0], last_step=r[1], updated_at=r[2]) for r in rows]

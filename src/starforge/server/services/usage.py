@@ -23,6 +23,7 @@ from starforge.contract.api import (
     Usage,
     UserQuota,
 )
+from starforge.contract.auth import Role
 from starforge.contract.states import ACTIVE, JobStatus
 from starforge.server.db.models import Run, User
 from starforge.server.runtime import Runtime
@@ -80,10 +81,11 @@ def list_all(rt: Runtime, admin: str) -> QuotaList:
 
 
 def cluster_status(rt: Runtime, viewer: str | None = None) -> ClusterStatus:
-    """Capacity for everyone; run ids on nodes only the viewer's own (all of them for admins)."""
+    """Capacity for everyone; run ids on nodes only the viewer's own (everyone's for operators
+    and admins): another user's run counts in its node's GPUs but is not named."""
     with rt.transaction() as session:
         held = queue.holdings(session)
-        see_all = viewer is None or users.role_of(session, viewer) == users.ADMIN
+        see_all = viewer is None or Role(users.role_of(session, viewer)).at_least(Role.OPERATOR)
         queued = session.scalar(select(func.count()).where(Run.status == JobStatus.QUEUED.value))
         active = session.scalar(select(func.count()).where(Run.status.in_(_ACTIVE)))
     nodes = []

@@ -1,10 +1,18 @@
-"""Users, their roles and their bearer tokens.
+"""Users, their roles and their API tokens.
 
-Only the sha256 of a token is stored; a token is checked by hashing what the caller sent and
-comparing in constant time. The embedded server has one local user whose token lives in
+A user has a role (:class:`~starforge.contract.auth.Role`: viewer < member < operator < admin),
+may be disabled, and holds any number of API tokens. Only a token's sha256 is stored; a token is
+checked by hashing what the caller sent and looking the digest up (a unique index), then comparing
+in constant time. A token is refused once revoked, once expired, or while its user is disabled.
+
+The calling user travels through the services as a :class:`Caller`: a ``str`` (the user's name,
+which is what every service already takes, stores as a run's owner and records as an actor) that
+also carries the role. :func:`sees_all` and :func:`visible_runs` are the one place that decides
+whose runs a caller may see: an operator or an admin sees everyone's; anyone else sees only their
+own, and another user's run is answered as if it did not exist (404, no existence leak).
+
+The embedded server has one local user, an admin, whose token lives in
 ``<home>/server/local-token`` (mode 0600), created on first start and re-registered on each start.
-A user's role is ``user`` unless it is ``admin`` (the embedded server's local user is the admin);
-only admins list or change other users' quotas.
 """
 
 from __future__ import annotations
@@ -14,20 +22,54 @@ import hashlib
 import hmac
 import os
 import secrets
+from datetime import datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, select, true
 from sqlalchemy.orm import Session
 
+from starforge.contract.auth import Role
 from starforge.contract.errors import Forbidden, Unauthorized, UserNotFound
 from starforge.contract.names import SAFE_SEGMENT
-from starforge.server.db.models import User
+from starforge.server.db.models import Run, Token, User, utcnow
 
-ADMIN = "admin"
+ADMIN = Role.ADMIN.value
+LOCAL_TOKEN_NAME = "local"
+# last_used_at is written at most this often per token, so reads stay free of writes.
+LAST_USED_EVERY = timedelta(minutes=5)
+
+
+class Caller(str):
+    """The calling user's name, carrying its role (see the module docstring)."""
+
+    role: Role
+
+    def __new__(cls, name: str, role: Role) -> Caller:
+        self = super().__new__(cls, name)
+        self.role = role
+        return self
+
+
+def sees_all(user: str) -> bool:
+    """Whether ``user`` may see and act on everyone's runs (an operator or an admin)."""
+    return isinstance(user, Caller) and user.role.at_least(Role.OPERATOR)
+
+
+def may_see(user: str, owner: str) -> bool:
+    return owner == user or sees_all(user)
+
+
+def visible_runs(user: str) -> ColumnElement[bool]:
+    """The ``WHERE`` clause of the runs ``user`` may see."""
+    return true() if sees_all(user) else Run.user == str(user)
 
 
 def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def new_token() -> str:
+    return "sf_" + secrets.token_urlsafe(32)
 
 
 def local_user_name() -> str:
@@ -56,36 +98,71 @@ def load_or_create_token(path: Path) -> str:
     return token
 
 
-def ensure_user(session: Session, name: str, token: str) -> User:
-    """Create ``name`` or set its token; idempotent."""
-    user = session.scalars(select(User).where(User.name == name)).one_or_none()
-    digest = token_digest(token)
+def find(session: Session, name: str) -> User | None:
+    return session.scalars(select(User).where(User.name == name)).one_or_none()
+
+
+def add_token(
+    session: Session, user: User, token: str, name: str, expires_at: datetime | None = None
+) -> Token:
+    row = Token(owner=user, name=name, sha256=token_digest(token), expires_at=expires_at)
+    session.add(row)
+    session.flush()
+    return row
+
+
+def ensure_user(
+    session: Session, name: str, token: str, *, token_name: str = LOCAL_TOKEN_NAME
+) -> User:
+    """Create ``name`` (a member) or keep it; make ``token`` its live token named ``token_name``
+    (an older token of that name is revoked). Idempotent."""
+    user = find(session, name)
     if user is None:
-        user = User(name=name, token_sha256=digest)
+        user = User(name=name, role=Role.MEMBER.value)
         session.add(user)
-    elif user.token_sha256 != digest:
-        user.token_sha256 = digest
+        session.flush()
+    digest = token_digest(token)
+    if session.scalar(select(Token.id).where(Token.sha256 == digest)) is not None:
+        return user
+    for old in user.tokens:
+        if old.name == token_name:
+            session.delete(old)  # a renewed local token replaces the old one under its name
+    session.flush()
+    add_token(session, user, token, token_name)
     return user
 
 
-def authenticate(session: Session, authorization: str | None) -> str:
-    """The user name behind an ``Authorization: Bearer <token>`` header, or Unauthorized."""
+def _refuse(hint: str, message: str) -> Unauthorized:
+    return Unauthorized(message, hint=hint)
+
+
+def authenticate(session: Session, authorization: str | None) -> Caller:
+    """The user behind an ``Authorization: Bearer <token>`` header, or Unauthorized."""
     hint = "log in again (`sf login`), or restart the local server to renew its token"
     if not authorization:
-        raise Unauthorized("this endpoint needs an Authorization: Bearer <token> header", hint=hint)
+        raise _refuse(hint, "this endpoint needs an Authorization: Bearer <token> header")
     scheme, _, token = authorization.partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
-        raise Unauthorized("the Authorization header must be 'Bearer <token>'", hint=hint)
+        raise _refuse(hint, "the Authorization header must be 'Bearer <token>'")
     digest = token_digest(token)
-    user = session.scalars(select(User).where(User.token_sha256 == digest)).first()
-    if user is None or not hmac.compare_digest(user.token_sha256, digest):
-        raise Unauthorized("the token is not valid", hint=hint)
-    return user.name
+    row = session.scalars(select(Token).where(Token.sha256 == digest)).one_or_none()
+    if row is None or not hmac.compare_digest(row.sha256, digest):
+        raise _refuse(hint, "the token is not valid")
+    now = utcnow()
+    if row.revoked_at is not None:
+        raise _refuse("ask for a new token (`sf token create`)", "the token was revoked")
+    if row.expires_at is not None and row.expires_at <= now:
+        raise _refuse("ask for a new token (`sf token create`)", "the token has expired")
+    if row.owner.disabled:
+        raise _refuse("ask an admin to enable your account", f"user {row.owner.name} is disabled")
+    if row.last_used_at is None or now - row.last_used_at >= LAST_USED_EVERY:
+        row.last_used_at = now
+    return Caller(row.owner.name, Role(row.owner.role))
 
 
 def role_of(session: Session, user: str) -> str:
-    return session.scalar(select(User.role).where(User.name == user)) or "user"
+    return session.scalar(select(User.role).where(User.name == user)) or Role.MEMBER.value
 
 
 def require_admin(session: Session, user: str) -> None:
@@ -98,7 +175,7 @@ def require_admin(session: Session, user: str) -> None:
 
 def make_admin(session: Session, user: str) -> None:
     """Give ``user`` the admin role (the embedded server's local user is the admin)."""
-    row = session.scalars(select(User).where(User.name == user)).one_or_none()
+    row = find(session, user)
     if row is not None and row.role != ADMIN:
         row.role = ADMIN
 

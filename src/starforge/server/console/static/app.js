@@ -69,7 +69,9 @@ function every(ms, fn) {
 
 // ---- the API, with the token ------------------------------------------------------------------
 
-function token() { return localStorage.getItem(TOKEN_KEY) || ""; }
+// sessionStorage: the token lives as long as this tab, never on the disk of a shared machine.
+function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
+function signOut() { sessionStorage.removeItem(TOKEN_KEY); showWho(null); route(); }
 
 class AuthError extends Error {}
 
@@ -130,6 +132,16 @@ async function followLog(runId, onEvent, signal) {
 
 // ---- pages ------------------------------------------------------------------------------------
 
+// Who is signed in, and what their role lets them see (operators and admins: every user's runs).
+function showWho(me) {
+  const who = document.getElementById("who");
+  if (!me) { who.textContent = ""; return; }
+  const scope = me.role === "operator" || me.role === "admin" ? "every user's runs" : "your runs";
+  who.innerHTML = `<span class="user">${esc(me.user)}</span> <span class="role">${esc(me.role)}</span>
+    <span class="muted">· ${scope} ·</span> <a href="#/" id="signout">sign out</a>`;
+  document.getElementById("signout").addEventListener("click", (e) => { e.preventDefault(); signOut(); });
+}
+
 function signIn(message) {
   crumbs([["sign in"]]);
   main.innerHTML = `
@@ -143,7 +155,7 @@ function signIn(message) {
     </div>`;
   document.getElementById("signin").addEventListener("submit", (e) => {
     e.preventDefault();
-    localStorage.setItem(TOKEN_KEY, document.getElementById("tok").value.trim());
+    sessionStorage.setItem(TOKEN_KEY, document.getElementById("tok").value.trim());
     route();
   });
 }
@@ -446,7 +458,7 @@ async function route() {
   const [path, queryText] = location.hash.replace(/^#/, "").split("?");
   const query = new URLSearchParams(queryText || "");
   if (query.has("token")) { // a signed-in link: keep the token, drop it from the address bar
-    localStorage.setItem(TOKEN_KEY, query.get("token"));
+    sessionStorage.setItem(TOKEN_KEY, query.get("token"));
     query.delete("token");
     const rest = query.toString();
     history.replaceState(null, "", `#${path || "/"}${rest ? `?${rest}` : ""}`);
@@ -454,7 +466,7 @@ async function route() {
   if (!token()) return signIn("");
   const parts = (path || "/").split("/").filter(Boolean).map(decodeURIComponent);
   try {
-    api("/whoami").then((w) => { document.getElementById("who").textContent = w.user; }).catch(() => {});
+    api("/whoami").then(showWho).catch(() => {});
     if (parts[0] === "runs" && parts[1]) await runPage(parts[1]);
     else if (parts[0] === "projects" && parts[1]) await projectPage(parts[1], query);
     else await projectsPage();

@@ -1,0 +1,62 @@
+"""Users (admins manage them) and each caller's own API tokens."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from starforge.contract.auth import (
+    RoleUpdate,
+    TokenCreate,
+    TokenCreated,
+    TokenList,
+    TokenView,
+    UserCreate,
+    UserCreated,
+    UserList,
+    UserView,
+)
+from starforge.server.api.authz import Admin, ManageSelf
+from starforge.server.api.deps import RuntimeDep
+from starforge.server.services import accounts
+
+router = APIRouter()
+
+
+@router.get("/users", response_model=UserList)
+def list_users(rt: RuntimeDep, _: Admin) -> UserList:
+    return accounts.list_users(rt)
+
+
+@router.post("/users", response_model=UserCreated, status_code=201)
+def add_user(body: UserCreate, rt: RuntimeDep, _: Admin) -> UserCreated:
+    return accounts.add_user(rt, body)
+
+
+@router.put("/users/{name}/role", response_model=UserView)
+def set_role(name: str, body: RoleUpdate, rt: RuntimeDep, _: Admin) -> UserView:
+    return accounts.set_role(rt, name, body.role)
+
+
+@router.post("/users/{name}/disable", response_model=UserView)
+def disable_user(name: str, rt: RuntimeDep, _: Admin) -> UserView:
+    return accounts.set_disabled(rt, name, True)
+
+
+@router.post("/users/{name}/enable", response_model=UserView)
+def enable_user(name: str, rt: RuntimeDep, _: Admin) -> UserView:
+    return accounts.set_disabled(rt, name, False)
+
+
+@router.get("/tokens", response_model=TokenList)
+def list_tokens(rt: RuntimeDep, user: ManageSelf) -> TokenList:
+    return accounts.list_tokens(rt, user)
+
+
+@router.post("/tokens", response_model=TokenCreated, status_code=201)
+def create_token(body: TokenCreate, rt: RuntimeDep, user: ManageSelf) -> TokenCreated:
+    return accounts.create_token(rt, user, body)
+
+
+@router.post("/tokens/{ref}/revoke", response_model=TokenView)
+def revoke_token(ref: str, rt: RuntimeDep, user: ManageSelf) -> TokenView:
+    return accounts.revoke_token(rt, user, ref)

@@ -1,0 +1,127 @@
+"""Authorization as a table: every route declares who may call it and on whose objects.
+
+A route states its rule with one dependency, ``authorize(RULE)``: the calling user (a
+:class:`~starforge.server.services.users.Caller`) for rules that need a user, nothing for the
+public and the runner's routes. The rule is recorded on the dependency itself (``authz_rule``),
+so the app's route table *is* the authorization table: ``tests/server/test_authz_matrix.py`` walks
+every route × role × owner/other, fails for a route that declares no rule (a new endpoint cannot
+ship unguarded) and checks the answer of every cell.
+
+What a rule means:
+
+- ``who``: ``anyone`` (no token), ``runner`` (the job's run token, checked by the service) or
+  ``user`` (a user's bearer token, with at least ``role``; below it: 403).
+- ``on``: ``nothing`` (the lab as a whole), ``self`` (the caller's own things: tokens, usage) or
+  ``run`` (the run named in the path): a viewer or member reaches only their own runs, and another
+  user's run answers 404 as if it did not exist; an operator or admin reaches everyone's. The
+  services apply it through :func:`starforge.server.services.users.visible_runs`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Annotated, Any
+
+from fastapi import Depends, Header
+
+from starforge.contract.auth import Role
+from starforge.contract.errors import Forbidden
+from starforge.server.api.deps import RuntimeDep
+from starforge.server.services import users
+
+
+class Who(StrEnum):
+    ANYONE = "anyone"  # no token at all
+    RUNNER = "runner"  # the job's own run token (X-StarForge-Run-Token), checked by the service
+    USER = "user"  # a user's bearer token
+
+
+class On(StrEnum):
+    NOTHING = "nothing"  # no object, or the lab as a whole
+    SELF = "self"  # the caller's own things (tokens, usage)
+    RUN = "run"  # the run in the path: one's own (viewer, member) or anyone's (operator, admin)
+
+
+@dataclass(frozen=True)
+class Rule:
+    action: str
+    who: Who
+    role: Role | None = None
+    on: On = On.NOTHING
+
+    def __str__(self) -> str:
+        if self.who is not Who.USER:
+            return f"{self.action}: {self.who.value}"
+        return f"{self.action}: {self.role} and up, on {self.on.value}"
+
+
+PUBLIC = Rule("public", Who.ANYONE)
+RUNNER = Rule("report", Who.RUNNER)
+READ = Rule("read", Who.USER, Role.VIEWER)
+READ_SELF = Rule("read-own", Who.USER, Role.VIEWER, On.SELF)
+READ_RUN = Rule("read-run", Who.USER, Role.VIEWER, On.RUN)
+MANAGE_SELF = Rule("manage-own", Who.USER, Role.VIEWER, On.SELF)
+SUBMIT = Rule("submit", Who.USER, Role.MEMBER)
+ACT_ON_RUN = Rule("act-on-run", Who.USER, Role.MEMBER, On.RUN)
+ADMINISTER = Rule("administer", Who.USER, Role.ADMIN)
+
+_WHAT = {
+    Role.VIEWER: "any signed-in user",
+    Role.MEMBER: "members, operators and admins",
+    Role.OPERATOR: "operators and admins",
+    Role.ADMIN: "admins",
+}
+
+
+def _user_dependency(rule: Rule) -> Callable[..., users.Caller]:
+    need = rule.role or Role.VIEWER
+
+    def authorized(
+        rt: RuntimeDep, authorization: Annotated[str | None, Header()] = None
+    ) -> users.Caller:
+        with rt.transaction() as session:
+            caller = users.authenticate(session, authorization)
+        if not caller.role.at_least(need):
+            raise Forbidden(
+                f"only {_WHAT[need]} may {rule.action.replace('-', ' ')}; "
+                f"{caller}'s role is {caller.role.value}",
+                hint="ask an admin for another role (`sf admin user set-role`)",
+                details={"role": caller.role.value, "needs": need.value},
+            )
+        return caller
+
+    return authorized
+
+
+def _no_user() -> Callable[[], None]:
+    """A fresh function per rule: the rule is recorded on it, so each needs its own."""
+
+    def nobody() -> None:
+        return None
+
+    return nobody
+
+
+_DEPENDENCIES: dict[Rule, Any] = {}
+
+
+def authorize(rule: Rule) -> Any:
+    """The route's dependency for ``rule`` (one per rule, so FastAPI runs it once a request)."""
+    if rule not in _DEPENDENCIES:
+        call: Callable[..., Any] = _user_dependency(rule) if rule.who is Who.USER else _no_user()
+        call.authz_rule = rule  # type: ignore[attr-defined]
+        call.__name__ = f"authorize_{rule.action.replace('-', '_')}"
+        _DEPENDENCIES[rule] = Depends(call)
+    return _DEPENDENCIES[rule]
+
+
+# The calling user under each rule, for route signatures: ``user: ReadRun``.
+Reader = Annotated[users.Caller, authorize(READ)]
+ReadSelf = Annotated[users.Caller, authorize(READ_SELF)]
+ReadRun = Annotated[users.Caller, authorize(READ_RUN)]
+ManageSelf = Annotated[users.Caller, authorize(MANAGE_SELF)]
+Submitter = Annotated[users.Caller, authorize(SUBMIT)]
+ActOnRun = Annotated[users.Caller, authorize(ACT_ON_RUN)]
+Admin = Annotated[users.Caller, authorize(ADMINISTER)]

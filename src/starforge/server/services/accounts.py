@@ -1,0 +1,157 @@
+"""Managing users and tokens: what ``sf admin user …`` and ``sf token …`` ask the server.
+
+Who may call each of these is the routes' rule (:mod:`starforge.server.api.authz`); this module
+keeps the invariants of the data: a user name is unique; a new user gets one token, shown once;
+a token belongs to the user who created it (a user lists and revokes only their own); the lab
+always keeps at least one enabled admin, so it can never lock itself out.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from starforge.contract.auth import (
+    Role,
+    TokenCreate,
+    TokenCreated,
+    TokenList,
+    TokenView,
+    UserCreate,
+    UserCreated,
+    UserList,
+    UserView,
+)
+from starforge.contract.errors import NotFound, UsageError
+from starforge.server.db.models import Token, User, utcnow
+from starforge.server.runtime import Runtime
+from starforge.server.services import users
+
+
+def _live(token: Token) -> bool:
+    now = utcnow()
+    return token.revoked_at is None and (token.expires_at is None or token.expires_at > now)
+
+
+def _user_view(user: User) -> UserView:
+    return UserView(
+        name=user.name,
+        role=Role(user.role),
+        disabled=user.disabled,
+        created_at=user.created_at,
+        tokens=sum(1 for t in user.tokens if _live(t)),
+    )
+
+
+def _token_view(token: Token) -> TokenView:
+    return TokenView(
+        id=token.id,
+        name=token.name,
+        created_at=token.created_at,
+        expires_at=token.expires_at,
+        last_used_at=token.last_used_at,
+        revoked_at=token.revoked_at,
+    )
+
+
+def _get(session: Session, name: str) -> User:
+    users.require_known(session, name)
+    found = users.find(session, name)
+    assert found is not None
+    return found
+
+
+def _keep_an_admin(session: Session, user: User) -> None:
+    """Refuse a change that would leave no enabled admin."""
+    others = session.scalar(
+        select(func.count()).where(
+            User.role == Role.ADMIN.value, User.disabled.is_(False), User.id != user.id
+        )
+    )
+    if user.role == Role.ADMIN.value and not user.disabled and not others:
+        raise UsageError(
+            f"{user.name} is the last enabled admin; the lab would have no admin left",
+            hint="make another user an admin first: sf admin user set-role NAME admin",
+        )
+
+
+def list_users(rt: Runtime) -> UserList:
+    with rt.transaction() as session:
+        rows = session.scalars(select(User).order_by(User.name)).all()
+        return UserList(users=[_user_view(u) for u in rows])
+
+
+def add_user(rt: Runtime, body: UserCreate) -> UserCreated:
+    token = users.new_token()
+    with rt.transaction() as session:
+        if users.find(session, body.name) is not None:
+            raise UsageError(
+                f"user {body.name!r} already exists",
+                hint="pick another name; `sf admin user ls` lists the users",
+            )
+        user = User(name=body.name, role=body.role.value)
+        session.add(user)
+        session.flush()
+        users.add_token(session, user, token, "default")
+        return UserCreated(user=_user_view(user), token=token)
+
+
+def set_role(rt: Runtime, name: str, role: Role) -> UserView:
+    with rt.transaction() as session:
+        user = _get(session, name)
+        if role is not Role.ADMIN:
+            _keep_an_admin(session, user)
+        user.role = role.value
+        return _user_view(user)
+
+
+def set_disabled(rt: Runtime, name: str, disabled: bool) -> UserView:
+    with rt.transaction() as session:
+        user = _get(session, name)
+        if disabled:
+            _keep_an_admin(session, user)
+        user.disabled = disabled
+        return _user_view(user)
+
+
+def create_token(rt: Runtime, user: str, body: TokenCreate) -> TokenCreated:
+    token = users.new_token()
+    expires = utcnow() + timedelta(days=body.expires_days) if body.expires_days else None
+    with rt.transaction() as session:
+        owner = _get(session, user)
+        taken = {t.name for t in owner.tokens}
+        name = body.name or next(
+            f"token-{i}" for i in range(1, len(taken) + 2) if f"token-{i}" not in taken
+        )
+        if name in taken:
+            raise UsageError(
+                f"you already have a token named {name!r}",
+                hint="pick another --name, or revoke the old one: sf token revoke " + name,
+            )
+        row = users.add_token(session, owner, token, name, expires)
+        return TokenCreated(user=owner.name, token=token, info=_token_view(row))
+
+
+def list_tokens(rt: Runtime, user: str) -> TokenList:
+    with rt.transaction() as session:
+        owner = _get(session, user)
+        return TokenList(user=owner.name, tokens=[_token_view(t) for t in owner.tokens])
+
+
+def revoke_token(rt: Runtime, user: str, ref: str) -> TokenView:
+    """Revoke the caller's token named ``ref`` (or with id ``ref``); revoking twice is a no-op."""
+    with rt.transaction() as session:
+        owner = _get(session, user)
+        found = [t for t in owner.tokens if t.name == ref or str(t.id) == ref]
+        if not found:
+            raise NotFound(
+                f"you have no token {ref!r}",
+                hint="`sf token ls` lists your tokens",
+                details={"token": ref},
+            )
+        row = found[0]
+        if row.revoked_at is None:
+            row.revoked_at = utcnow()
+        return _token_view(row)

@@ -1,0 +1,255 @@
+"""The authorization table, walked: every route of the app × every role × the caller's own run and
+another user's run, each cell checked against the route's declared rule.
+
+A route that declares no rule fails here, so a new endpoint cannot ship unguarded. The expected
+answer of a cell follows from the rule alone (:func:`expected`): no token → 401 for user routes;
+a role below the rule's → 403; another user's run for a viewer or member → 404 (no existence
+leak); otherwise the call goes through (2xx). Each cell gets fresh users and runs, so an action in
+one cell (a stop, a revoked token, a disabled user) cannot change the answer of another.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+from fastapi.testclient import TestClient
+
+from starforge.contract.api import API_PREFIX
+from starforge.contract.auth import Role
+from starforge.contract.states import JobStatus
+from starforge.server.api.authz import On, Rule, Who
+from starforge.server.api.deps import UserDep
+from starforge.server.app import create_app
+from starforge.server.runtime import Runtime
+from starforge.server.services import blobs, users
+from starforge.server.settings import Settings, load_settings
+
+from .factories import INVENTORY, PROFILES, FakeExecutor, insert_run, request, running_run
+
+# Routes FastAPI and Starlette add by themselves: the API's schema and docs, the console's files.
+BUILT_IN = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/console/static"}
+BLOB = b"matrix"
+ROLES: list[Role | None] = [None, *Role]  # None: no token at all
+_ids = itertools.count(1)
+
+
+def api_routes(app: FastAPI) -> Iterator[tuple[set[str], str, Any]]:
+    """(methods, path, dependant) of every API route, also inside included routers (FastAPI
+    0.16x keeps an included router as one lazily expanded entry of ``app.routes``)."""
+    for route in app.routes:
+        if isinstance(route, APIRoute):
+            yield route.methods, route.path, route.dependant
+        elif hasattr(route, "effective_route_contexts"):
+            for ctx in route.effective_route_contexts():
+                yield ctx.methods, ctx.path_format, ctx.dependant
+
+
+def declared_rules(app: FastAPI) -> dict[str, list[Rule]]:
+    """``"METHOD /path"`` → the rules its dependencies declare, for every API route."""
+    found: dict[str, list[Rule]] = {}
+    for methods, path, dependant in api_routes(app):
+        rules: list[Rule] = []
+        stack = [dependant]
+        while stack:
+            dep = stack.pop()
+            rule = getattr(dep.call, "authz_rule", None)
+            if rule is not None:
+                rules.append(rule)
+            stack.extend(dep.dependencies)
+        for method in sorted(methods):
+            found[f"{method} {path}"] = rules
+    return found
+
+
+def expected(rule: Rule, role: Role | None, whose: str) -> int | None:
+    """The status a cell must answer; None: the call goes through (a 2xx)."""
+    if rule.who is Who.ANYONE:
+        return None
+    if rule.who is Who.RUNNER:
+        return 401  # a user's token is never a run token
+    if role is None:
+        return 401
+    assert rule.role is not None
+    if not role.at_least(rule.role):
+        return 403
+    if rule.on is On.RUN and whose == "other" and not role.at_least(Role.OPERATOR):
+        return 404
+    return None
+
+
+@dataclass
+class Cell:
+    caller: str
+    token: str | None
+    run_id: str  # the run the path names: the caller's own or another user's
+    other: str  # another user, for routes that name a user
+
+
+@pytest.fixture(scope="module")
+def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    home = tmp_path_factory.mktemp("authz") / "home"
+    return load_settings(
+        home, inventory=INVENTORY, profiles=PROFILES, url="http://127.0.0.1:9999", embedded=False
+    )
+
+
+@pytest.fixture(scope="module")
+def client(settings: Settings) -> Iterator[TestClient]:
+    app = create_app(settings, executor=FakeExecutor(), run_loops=False)
+    with TestClient(app) as c:
+        app.state.runtime.pick_port = lambda: 40000  # no sockets in unit tests
+        yield c
+
+
+def _user(rt: Runtime, role: Role) -> tuple[str, str]:
+    name, token = f"{role.value}-{next(_ids)}", f"token-{next(_ids)}"
+    with rt.transaction() as session:
+        users.ensure_user(session, name, token, token_name="default")
+        row = users.find(session, name)
+        assert row is not None
+        row.role = role.value
+    return name, token
+
+
+def _run(rt: Runtime, owner: str) -> str:
+    run_id = f"r-{next(_ids):012x}"
+    insert_run(rt, run_id, user=owner, status=JobStatus.STOPPED)
+    return run_id
+
+
+def new_cell(rt: Runtime, role: Role | None, whose: str) -> Cell:
+    caller, token = _user(rt, role or Role.ADMIN)
+    other, _ = _user(rt, Role.MEMBER)
+    return Cell(
+        caller=caller,
+        token=token if role is not None else None,
+        run_id=_run(rt, caller if whose == "own" else other),
+        other=other,
+    )
+
+
+def call(client: TestClient, method: str, path: str, cell: Cell, submit: dict[str, Any]) -> int:
+    digest = hashlib.sha256(BLOB).hexdigest()
+    ref = "default" if path.startswith(f"{API_PREFIX}/tokens/") else cell.run_id
+    url = path.format(ref=ref, run_id=cell.run_id, sha256=digest, name=cell.other)
+    bodies: dict[str, dict[str, Any]] = {
+        "POST /jobs": {**submit, "idempotency_key": f"key-{next(_ids):08d}"},
+        "POST /blobs/missing": {"digests": [digest]},
+        "PUT /admin/quotas/{name}": {"max_runs": 2},
+        "POST /users": {"name": f"new-{next(_ids)}", "role": "member"},
+        "PUT /users/{name}/role": {"role": "viewer"},
+        "POST /tokens": {},
+        "POST /runs/{run_id}/lifecycle": {"attempt": 1, "event": "running"},
+        "POST /runs/{run_id}/ingest": {},
+    }
+    key = f"{method} {path.removeprefix(API_PREFIX)}"
+    headers = {"Authorization": f"Bearer {cell.token}"} if cell.token else {}
+    params = {"runs": cell.run_id} if key == "GET /progress" else {}
+    if key.startswith("PUT /blobs/"):
+        return client.put(url, content=BLOB, headers=headers).status_code
+    resp = client.request(method, url, json=bodies.get(key), headers=headers, params=params)
+    return resp.status_code
+
+
+def test_every_route_declares_exactly_one_authorization_rule(client: TestClient) -> None:
+    app: FastAPI = client.app  # type: ignore[assignment]
+    unguarded = [route for route, rules in declared_rules(app).items() if len(rules) != 1]
+    assert unguarded == [], f"routes without exactly one authz rule: {unguarded}"
+    assert len(declared_rules(app)) > 30  # the walk reached the included routers
+    others = [
+        getattr(r, "path", repr(r))
+        for r in app.routes
+        if not isinstance(r, APIRoute)
+        and not hasattr(r, "effective_route_contexts")
+        and getattr(r, "path", None) not in BUILT_IN
+    ]
+    assert others == [], f"routes outside the table: {others}"
+
+
+def test_a_route_that_only_asks_for_a_user_is_reported_as_unguarded(settings: Settings) -> None:
+    app = create_app(settings, executor=FakeExecutor(), run_loops=False)
+
+    @app.get(f"{API_PREFIX}/new-endpoint")
+    def new_endpoint(user: UserDep) -> dict[str, str]:
+        return {"user": user}
+
+    assert declared_rules(app)[f"GET {API_PREFIX}/new-endpoint"] == []
+
+
+def test_each_cell_of_routes_roles_and_owners_answers_as_its_rule_says(client: TestClient) -> None:
+    app: FastAPI = client.app  # type: ignore[assignment]
+    rt: Runtime = app.state.runtime
+    submitted = request(rt)
+    submit = submitted.model_dump(mode="json")
+    wrong: list[str] = []
+    cells = 0
+    for route, (rule,) in sorted(declared_rules(app).items()):
+        method, path = route.split(" ", 1)
+        if path.endswith("/logs/stream"):
+            path += "?tail=0"  # the run has ended: the stream says so and closes
+        for role, whose in itertools.product(ROLES, ("own", "other")):
+            if whose == "other" and rule.on is not On.RUN:
+                continue
+            cell = new_cell(rt, role, whose)
+            for digest in submitted.manifest.digests():  # as if the caller uploaded its package
+                blobs.record(rt, cell.caller, digest)
+            got, want = call(client, method, path, cell, submit), expected(rule, role, whose)
+            cells += 1
+            ok = 200 <= got < 300 if want is None else got == want
+            if not ok:
+                who = role.value if role else "anonymous"
+                wrong.append(f"{route} as {who} on {whose} run: {got}, want {want or '2xx'}")
+    assert wrong == [], "\n".join(wrong)
+    assert cells > 100  # the walk did reach the whole table
+
+
+def test_an_operator_sees_the_whole_queue_and_a_member_only_their_own(client: TestClient) -> None:
+    rt: Runtime = client.app.state.runtime  # type: ignore[attr-defined]
+    operator, op_token = _user(rt, Role.OPERATOR)
+    member, member_token = _user(rt, Role.MEMBER)
+    mine, theirs = _run(rt, member), _run(rt, operator)
+
+    def listed(token: str) -> set[str]:
+        resp = client.get(
+            f"{API_PREFIX}/runs",
+            params={"limit": 1000},
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        return {r["run_id"] for r in resp.json()["runs"]}
+
+    assert {mine, theirs} <= listed(op_token)
+    assert mine in listed(member_token) and theirs not in listed(member_token)
+
+
+def test_the_cluster_view_names_another_users_run_only_to_operators(tmp_path: Path) -> None:
+    fresh = load_settings(  # an empty cluster of its own
+        tmp_path / "home", inventory=INVENTORY, profiles=PROFILES, embedded=False
+    )
+    with TestClient(create_app(fresh, executor=FakeExecutor(), run_loops=False)) as client:
+        rt: Runtime = client.app.state.runtime  # type: ignore[attr-defined]
+        rt.pick_port = lambda: 40000
+        check_cluster_view(client, rt)
+
+
+def check_cluster_view(client: TestClient, rt: Runtime) -> None:
+    owner, owner_token = _user(rt, Role.MEMBER)
+    _, stranger_token = _user(rt, Role.MEMBER)
+    _, operator_token = _user(rt, Role.OPERATOR)
+    run_id = running_run(rt, user=owner)
+
+    def named(token: str) -> tuple[set[str], int]:
+        auth = {"Authorization": f"Bearer {token}"}
+        nodes = client.get(f"{API_PREFIX}/cluster/status", headers=auth).json()["nodes"]
+        return {r for n in nodes for r in n["runs"]}, sum(n["used"] for n in nodes)
+
+    (seen, used), (hidden, counted) = named(operator_token), named(stranger_token)
+    assert run_id in seen and run_id in named(owner_token)[0]
+    assert run_id not in hidden and counted == used  # its GPUs still count as used
