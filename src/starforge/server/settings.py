@@ -38,6 +38,8 @@ from starforge.contract.profiles import ProfileDef
 
 # The YAML file's location depends on ``home``, which itself may come from the caller or the
 # environment; load_settings() sets this before pydantic-settings collects its sources.
+DEFAULT_JOB_USER = "nobody"  # the jobs' user when the server runs as root and names none
+
 _YAML_FILE: ContextVar[Path | None] = ContextVar("starforge_server_yaml", default=None)
 
 
@@ -143,6 +145,12 @@ class Settings(BaseSettings):
     # A temporary upload not written to for this long belongs to a dead upload: removed at start
     # (an upload still streaming into a server that shares the store keeps writing, so it stays).
     stale_upload_s: float = Field(default=600.0, ge=0)
+    # Jobs run as this user, so they cannot read the platform's files (the server's home, the
+    # runners' bindings and records). None: ``nobody`` when the server runs as root (only root
+    # can switch users), else the server's own user; "" always the server's own user.
+    job_user: str | None = None
+    # Absolute (shared) inputs are admitted only under one of these folders; empty: refused.
+    shared_roots: list[Path] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _derive(self) -> Settings:
@@ -154,6 +162,8 @@ class Settings(BaseSettings):
             self.database_url = f"sqlite:///{self.home / 'server' / 'starforge.db'}"
         if self.inventory is None:
             self.inventory = detect_inventory()
+        # Resolved once, so a root given through a symlink still contains the inputs under it.
+        self.shared_roots = [Path(os.path.abspath(p.expanduser())) for p in self.shared_roots]
         return self
 
     @classmethod
@@ -190,6 +200,13 @@ class Settings(BaseSettings):
     @property
     def server_dir(self) -> Path:
         return self.home / "server"
+
+    @property
+    def job_user_name(self) -> str:
+        """The user jobs run as; "" for the server's own user."""
+        if self.job_user is None:
+            return DEFAULT_JOB_USER if os.geteuid() == 0 else ""
+        return self.job_user
 
 
 def resolve_home(home: Path | str | None = None) -> Path:
