@@ -39,7 +39,7 @@ from starforge.server.loops.reconciler import reconciler_loop
 from starforge.server.loops.scheduler import scheduler_loop
 from starforge.server.runtime import Runtime, build_runtime
 from starforge.server.services import users
-from starforge.server.settings import Settings
+from starforge.server.settings import Settings, secure_home
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await asyncio.to_thread(secure_home, settings)  # before the database and tokens exist
         rt = await asyncio.to_thread(build_runtime, settings, executor=executor)
         app.state.runtime = rt
         removed = await asyncio.to_thread(rt.storage.clean_uploads, settings.stale_upload_s)

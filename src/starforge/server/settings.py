@@ -209,6 +209,24 @@ class Settings(BaseSettings):
         return self.job_user
 
 
+def secure_home(settings: Settings) -> None:
+    """Keep the server's secrets from its jobs (and from other local users): the server folder
+    (database, token files, logs) 0700 and server.yaml 0600. The home itself stays traversable
+    (0711: no listing) because the default storage root lives under it and jobs run there."""
+    settings.server_dir.mkdir(parents=True, exist_ok=True)
+    for path, mode in (
+        (settings.home, 0o711),
+        (settings.server_dir, 0o700),
+        (settings.home / "server.yaml", 0o600),
+    ):
+        try:
+            os.chmod(path, mode)
+        except FileNotFoundError:
+            continue  # no server.yaml: nothing to protect
+        except PermissionError:
+            continue  # a home this user does not own (a shared config folder): left as it is
+
+
 def resolve_home(home: Path | str | None = None) -> Path:
     if home is not None:
         return Path(home).expanduser()
