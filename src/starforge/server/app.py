@@ -15,8 +15,10 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import Depends, FastAPI
+from fastapi.openapi.utils import get_openapi
 
 from starforge import __version__
 from starforge.contract.api import API_PREFIX
@@ -100,4 +102,18 @@ def create_app(
         app.include_router(module.router, prefix=API_PREFIX, dependencies=gate)
     app.include_router(cluster.router, prefix=API_PREFIX, dependencies=gate)
     console.install(app)
+    install_openapi(app)
     return app
+
+
+def install_openapi(app: FastAPI) -> None:
+    """The served OpenAPI documents what the server answers: every route's error statuses with
+    the error body (:func:`errors.document_errors`), whichever router added the route."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            app.openapi_schema = errors.document_errors(schema, API_PREFIX)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
