@@ -1,4 +1,5 @@
-"""A job is isolated from the platform: a real server run as root (its default: jobs as
+"""A job is isolated from the platform: the server's folder (database, token files) and settings
+are its own (0700 / 0600), and a real server run as root (its default: jobs as
 ``nobody``), a real runner and a real custom job that tries, from the inside, what a hostile
 ``train.sh`` would. It must not read its own binding (the runner's token), the server's token
 file or another run's binding, must not write outside its run's ``work`` and ``out``, and its
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,17 +26,17 @@ import yaml
 from starforge.cli.main import main
 from starforge.project import experiments
 from starforge.project.lab import Lab
+from starforge.server.settings import Settings
 from tests.conftest import Result, commit_all
 from tests.integration.conftest import wait_for
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(
-        os.geteuid() != 0,
-        reason="only a root server runs jobs as another user; without root a job runs as the "
-        "server's user (docs/security.md says what that means)",
-    ),
-]
+from .conftest import client_for
+
+as_root = pytest.mark.skipif(
+    os.geteuid() != 0,
+    reason="only a root server runs jobs as another user; without root a job runs as the "
+    "server's user (docs/security.md says what that means)",
+)
 
 IMAGE = "registry.example/train:v1"
 PROBE = """#!/usr/bin/env bash
@@ -122,6 +124,23 @@ def probes(log: str) -> dict[str, str]:
     return found
 
 
+def test_the_servers_folder_and_settings_are_readable_by_the_server_only(
+    settings: Settings,
+) -> None:
+    settings.home.mkdir(parents=True, exist_ok=True)
+    (settings.home / "server.yaml").write_text("hf_offline: true\n")
+    (settings.home / "server.yaml").chmod(0o644)
+    with client_for(settings):
+        pass
+    assert stat.S_IMODE(settings.server_dir.stat().st_mode) == 0o700  # db, tokens, logs
+    assert stat.S_IMODE((settings.home / "server.yaml").stat().st_mode) == 0o600
+    assert (settings.server_dir / "starforge.db").exists()
+    # The home is traversable (the default storage root is under it) but not listable.
+    assert stat.S_IMODE(settings.home.stat().st_mode) == 0o711
+
+
+@pytest.mark.integration
+@as_root
 def test_a_job_of_a_root_server_runs_as_nobody_and_cannot_reach_the_platform(
     root_server: Path,
     open_root: Path,
