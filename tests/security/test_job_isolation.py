@@ -24,8 +24,10 @@ import pytest
 import yaml
 
 from starforge.cli.main import main
+from starforge.contract.errors import RunnerError
 from starforge.project import experiments
 from starforge.project.lab import Lab
+from starforge.runner import jobuser
 from starforge.server.settings import Settings
 from tests.conftest import Result, commit_all
 from tests.integration.conftest import wait_for
@@ -137,6 +139,22 @@ def test_the_servers_folder_and_settings_are_readable_by_the_server_only(
     assert (settings.server_dir / "starforge.db").exists()
     # The home is traversable (the default storage root is under it) but not listable.
     assert stat.S_IMODE(settings.home.stat().st_mode) == 0o711
+
+
+def test_a_run_the_job_user_cannot_enter_is_refused_naming_the_closed_folder(
+    open_root: Path,
+) -> None:
+    closed = open_root / "home"
+    run_dir = closed / "storage" / "runs" / "r-1"
+    run_dir.mkdir(parents=True)
+    closed.chmod(0o700)
+    nobody = jobuser.JobUser(name="nobody", uid=65534, gid=65534)
+    with pytest.raises(RunnerError) as caught:
+        jobuser.check_reachable(nobody, run_dir)
+    assert f"cannot enter {closed}" in caught.value.message
+    assert "storage_root" in (caught.value.hint or "")
+    closed.chmod(0o711)
+    jobuser.check_reachable(nobody, run_dir)  # traversable all the way: no complaint
 
 
 @pytest.mark.integration

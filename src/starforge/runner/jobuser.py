@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,26 @@ def resolve(name: str) -> JobUser | None:
             "(jobs then run as the server's user)",
         )
     return JobUser(name=name, uid=entry.pw_uid, gid=entry.pw_gid)
+
+
+def check_reachable(user: JobUser, path: Path) -> None:
+    """Refuse, naming the folder, a run the job user could not even enter (a storage root
+    under a 0700 home such as /root): a clear startup failure instead of a failed exec."""
+    for folder in [*reversed(path.parents), path]:
+        st = folder.stat()
+        if st.st_uid == user.uid:
+            ok = bool(st.st_mode & stat.S_IXUSR)
+        elif st.st_gid == user.gid:
+            ok = bool(st.st_mode & stat.S_IXGRP)
+        else:
+            ok = bool(st.st_mode & stat.S_IXOTH)
+        if not ok:
+            raise RunnerError(
+                f"the job user {user.name!r} cannot enter {folder}, so it cannot reach its run",
+                hint="put storage_root in a folder every user may traverse (e.g. /srv/starforge), "
+                "or set job_user: '' in server.yaml to run jobs as the server's user",
+                details={"folder": str(folder), "job_user": user.name},
+            )
 
 
 def _chown_tree(root: Path, user: JobUser) -> None:

@@ -135,6 +135,7 @@ class Runner:
         user = jobuser.resolve(b.job_user)
         if user is None:
             return {}
+        jobuser.check_reachable(user, Path(b.run_dir))
         home = Path(b.out_dir) / ".starforge" / "home"
         home.mkdir(parents=True, exist_ok=True)
         jobuser.hand_over(
@@ -178,15 +179,21 @@ class Runner:
             return self._finish(SIGTERM_EXIT, None)
         self.say(f"running: {' '.join(plan.argv)} (cwd {plan.cwd})")
         self.reporter.send("running")
-        self.child = subprocess.Popen(
-            plan.argv,
-            cwd=plan.cwd,
-            env=plan.env,
-            stdin=subprocess.DEVNULL,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            **as_user,
-        )
+        try:
+            self.child = subprocess.Popen(
+                plan.argv,
+                cwd=plan.cwd,
+                env=plan.env,
+                stdin=subprocess.DEVNULL,
+                stdout=self.log,
+                stderr=subprocess.STDOUT,
+                **as_user,
+            )
+        except OSError as exc:  # not executable, or not by the job's user
+            self.say(f"startup failed: could not start {plan.argv[0]}: {exc}")
+            if as_user:
+                self._take_back()
+            return self._finish(2, EndReason.STARTUP_FAILED)
         if self.terminating:  # SIGTERM landed between the check and Popen
             self.child.send_signal(signal.SIGTERM)
         code = self.child.wait()
