@@ -46,7 +46,16 @@ def _never_the_real_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
     """Whatever a test forgets, nothing it runs may touch the user's ~/.starforge."""
     saved = os.environ.get("STARFORGE_HOME")
     os.environ["STARFORGE_HOME"] = str(tmp_path_factory.mktemp("default-home"))
+    # A server running as root (as in CI) runs its jobs as `nobody`, who cannot enter pytest's
+    # 0700 temporary folders: every server the suite starts runs jobs as its own user instead.
+    # tests/security/test_job_isolation.py starts the one server that uses the default.
+    saved_job_user = os.environ.get("STARFORGE_JOB_USER")
+    os.environ["STARFORGE_JOB_USER"] = ""
     yield
+    if saved_job_user is None:
+        os.environ.pop("STARFORGE_JOB_USER", None)
+    else:
+        os.environ["STARFORGE_JOB_USER"] = saved_job_user
     if saved is None:
         os.environ.pop("STARFORGE_HOME", None)
     else:

@@ -50,7 +50,8 @@ def binding() -> Binding:
             )
         ],
         endpoint="http://127.0.0.1:9",
-        run_token="tok",
+        run_token="runner-tok",
+        job_token="tok",
         extra_env={"NCCL_DEBUG": "WARN", "NODE_RANK": "7"},
     )
 

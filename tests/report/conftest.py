@@ -95,5 +95,5 @@ def server(
             for name, token in TOKENS.items():
                 users.ensure_user(session, name, token)
         run_id = running_run(rt)
-        token = binding(rt, run_id)["run_token"]
+        token = binding(rt, run_id)["job_token"]
         yield Server(rt, app_client, Network(app_client), run_id, token, tmp_path / "spool")

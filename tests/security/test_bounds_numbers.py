@@ -87,7 +87,7 @@ def test_non_finite_reported_hyperparameters_are_refused_and_nothing_is_kept(
 ) -> None:
     rt = runtime(client)
     run_id = running_run(rt)
-    token = binding(rt, run_id)["run_token"]
+    token = binding(rt, run_id)["job_token"]
     resp = client.post(
         f"/runs/{run_id}/ingest",
         content=b'{"hparams": {"lr": Infinity}, "meta": {"ok": 1}}',

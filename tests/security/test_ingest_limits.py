@@ -52,7 +52,7 @@ def test_a_huge_ingest_without_a_token_is_refused_unread_and_costs_no_memory(liv
 def test_a_text_plain_ingest_is_refused_and_stores_nothing(client: TestClient) -> None:
     rt = runtime(client)
     run_id = running_run(rt)
-    token = binding(rt, run_id)["run_token"]
+    token = binding(rt, run_id)["job_token"]
     resp = _ingest(client, run_id, token, _steps(3), **{"Content-Type": "text/plain"})
     assert resp.status_code == 415
     assert wire(resp)["code"] == "request.unsupported_media_type"
@@ -62,7 +62,7 @@ def test_a_text_plain_ingest_is_refused_and_stores_nothing(client: TestClient) -
 def test_an_ingest_over_the_limit_is_cut_off_and_stores_nothing(client: TestClient) -> None:
     rt = runtime(client)
     run_id = running_run(rt)
-    token = binding(rt, run_id)["run_token"]
+    token = binding(rt, run_id)["job_token"]
     body = _steps(5000)
     assert len(body) > LIMIT
     declared = _ingest(client, run_id, token, body)
@@ -81,7 +81,7 @@ def test_an_ingest_over_the_limit_is_cut_off_and_stores_nothing(client: TestClie
 def test_the_token_of_an_ended_run_ingests_nothing(client: TestClient) -> None:
     rt = runtime(client)
     run_id = running_run(rt)
-    token = binding(rt, run_id)["run_token"]
+    token = binding(rt, run_id)["job_token"]
     report(rt, run_id, "exited", exit_code=0)
     resp = _ingest(client, run_id, token, _steps(3))
     assert resp.status_code == 403
@@ -92,7 +92,7 @@ def test_the_token_of_an_ended_run_ingests_nothing(client: TestClient) -> None:
 def test_another_runs_token_is_refused(client: TestClient) -> None:
     rt = runtime(client)
     mine, other = running_run(rt), running_run(rt, experiment="other")
-    resp = _ingest(client, mine, binding(rt, other)["run_token"], _steps(3))
+    resp = _ingest(client, mine, binding(rt, other)["job_token"], _steps(3))
     assert resp.status_code == 403 and wire(resp)["code"] == "auth.forbidden"
     assert metrics.count_points(rt, mine) == 0
 
@@ -100,7 +100,7 @@ def test_another_runs_token_is_refused(client: TestClient) -> None:
 def test_a_nan_time_or_a_step_beyond_64_bits_is_a_400_naming_the_field(client: TestClient) -> None:
     rt = runtime(client)
     run_id = running_run(rt)
-    token = binding(rt, run_id)["run_token"]
+    token = binding(rt, run_id)["job_token"]
     cases = {
         "steps.0.t": b'{"steps": [{"step": 1, "t": NaN, "values": {"loss": 1.0}}]}',
         "steps.0.step": b'{"steps": [{"step": %d, "values": {"loss": 1.0}}]}' % 2**63,

@@ -142,12 +142,14 @@ def test_missing_required_inputs_are_named_by_their_flags(rt: Runtime) -> None:
 
 
 def test_a_shared_input_must_exist_on_the_server(rt: Runtime, tmp_path: Path) -> None:
+    rt.settings.shared_roots = [tmp_path]  # absolute inputs are admitted only under a shared root
     inputs = Inputs(train_data=InputRef(kind=InputKind.SHARED, value=str(tmp_path / "nope")))
     err = rejected(rt, request(rt, inputs=inputs), Rejected)
     assert str(tmp_path / "nope") in err.message
 
 
 def test_a_shared_input_that_exists_is_accepted(rt: Runtime, tmp_path: Path) -> None:
+    rt.settings.shared_roots = [tmp_path]
     (tmp_path / "data.jsonl").write_text("{}\n")
     inputs = Inputs(train_data=InputRef(kind=InputKind.SHARED, value=str(tmp_path / "data.jsonl")))
     assert jobs.submit(rt, "alice", request(rt, inputs=inputs)).created

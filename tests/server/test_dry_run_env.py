@@ -79,6 +79,7 @@ def test_the_dry_run_env_of_every_node_is_the_real_jobs_env(
             dry_run.STORAGE: written.storage_root,
             dry_run.ENDPOINT: written.endpoint,
             dry_run.RUN_TOKEN: written.run_token,
+            dry_run.JOB_TOKEN: written.job_token,
         }
         dry = {}
         for key, value in plan["env"].items():

@@ -33,7 +33,7 @@ def batch(*steps: tuple[int, dict[str, float]], **extra: object) -> IngestReques
 
 
 def token_of(rt: Runtime, run_id: str) -> str:
-    return str(binding(rt, run_id)["run_token"])
+    return str(binding(rt, run_id)["job_token"])
 
 
 def stored(rt: Runtime, run_id: str, user: str = "alice") -> dict[str, list[tuple[int, float]]]:

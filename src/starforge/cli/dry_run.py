@@ -20,6 +20,7 @@ RUN_ID = "r-dryrun0000"
 STORAGE = "<storage>"
 ENDPOINT = "<server>"
 RUN_TOKEN = "<run-token>"
+JOB_TOKEN = "<job-token>"
 MASTER_PORT = 29500
 
 
@@ -47,6 +48,7 @@ def bindings(prepared: Prepared, user: str) -> list[Binding]:
                     master_port=MASTER_PORT,
                     endpoint=ENDPOINT,
                     run_token=RUN_TOKEN,
+                    job_token=JOB_TOKEN,
                     hf_offline=prepared.hf_offline,
                 )
             )

@@ -1,10 +1,14 @@
 """The one mapping from (JobSpec, Binding) to the environment of a job.
 
 The server decides everything about where and how a node of a run executes (paths, topology, GPUs,
-the ingest endpoint and its run-scoped token) and writes it as a :class:`Binding`; the runner turns
-spec + binding into environment variables with :func:`job_env` and nothing else. A golden test pins
-this mapping key by key. The platform owns topology: whatever the uploaded config says about nodes
-or GPUs is overridden by these variables.
+the ingest endpoint, the user the job runs as, and two tokens) and writes it as a :class:`Binding`;
+the runner turns spec + binding into environment variables with :func:`job_env` and nothing else. A
+golden test pins this mapping key by key. The platform owns topology: whatever the uploaded config
+says about nodes or GPUs is overridden by these variables.
+
+Two tokens, two powers: ``run_token`` is the runner's (lifecycle events: ``running``, ``exited``),
+``job_token`` the job's (metrics ingest into its own run, nothing else). Only the job token is
+put in the job's environment (``STARFORGE_TOKEN``), so a job cannot report its own run finished.
 """
 
 from __future__ import annotations
@@ -43,7 +47,9 @@ class Binding(Contract):
     pools: list[Pool] = Field(default_factory=list)
     pool: str = "all"
     endpoint: str = ""
-    run_token: str = ""
+    run_token: str = ""  # the runner's: lifecycle only; never given to the job
+    job_token: str = ""  # the job's: ingest into this run only (STARFORGE_TOKEN)
+    job_user: str = ""  # run the job as this user (the runner must be root); "" = the runner's
     resume_from: str = ""
     hf_offline: bool = True
     extra_env: dict[str, str] = Field(default_factory=dict)
@@ -111,6 +117,8 @@ def make_binding(
     hf_offline: bool,
     resume_from: str = "",
     master_addr: str = "127.0.0.1",
+    job_token: str = "",
+    job_user: str = "",
 ) -> Binding:
     """The binding of one node: the one maker, used by dispatch and by ``sf submit --dry-run``.
 
@@ -139,6 +147,8 @@ def make_binding(
         pool=pool,
         endpoint=endpoint,
         run_token=run_token,
+        job_token=job_token,
+        job_user=job_user,
         resume_from=resume_from,
         hf_offline=hf_offline,
         extra_env=dict(own.env),
@@ -196,10 +206,10 @@ def job_env(spec: JobSpec, b: Binding) -> dict[str, str]:
         "MASTER_ADDR": b.master_addr,
         "MASTER_PORT": str(b.master_port),
         "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in b.visible_devices),
-        "STARFORGE_ENABLED": "1" if b.run_token else "0",
+        "STARFORGE_ENABLED": "1" if b.job_token else "0",
         "STARFORGE_ENDPOINT": b.endpoint,
         "STARFORGE_RUN_ID": b.run_id,
-        "STARFORGE_TOKEN": b.run_token,
+        "STARFORGE_TOKEN": b.job_token,  # never b.run_token: the job may not post lifecycle
         "HF_HUB_OFFLINE": "1" if b.hf_offline else "",
         "HF_HOME": f"{b.storage_root}/cache/hf",
         "PYTHONUNBUFFERED": "1",

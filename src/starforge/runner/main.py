@@ -1,5 +1,9 @@
 """One node of one attempt: report, unpack, build the environment, run the entrypoint, report.
 
+When the binding names a job user (a root server's jobs run as ``nobody`` by default), the runner
+stays root and starts the entrypoint as that user, with only the run's ``work`` and ``out``
+handed to it (:mod:`starforge.runner.jobuser`).
+
 The entrypoint's stdout and stderr go straight into the attempt's log file (a plain file on the
 shared storage, so logs survive anything that happens to the server). The child shares the
 runner's process group, so the executor's SIGTERM to the group reaches the training itself, which
@@ -31,6 +35,7 @@ from starforge.contract.errors import RunnerError, StarForgeError
 from starforge.contract.jobspec import JobSpec, Manifest
 from starforge.contract.layout import UNPACKED_MARKER, RunLayout
 from starforge.contract.states import EndReason
+from starforge.runner import jobuser
 from starforge.runner.preflight import check_packages
 from starforge.runner.report import Reporter, write_exit_record, write_runner_record
 from starforge.runner.unpack import manifest_digest, unpack
@@ -123,6 +128,32 @@ class Runner:
             Path(path).write_text(content)
         return plan
 
+    def _hand_over(self, plan: LaunchPlan) -> dict[str, Any]:
+        """Prepare the job's user (the binding's ``job_user``): its folders, its HOME; return
+        what Popen needs to start the job as that user (nothing when it is the runner's)."""
+        b = self.binding
+        user = jobuser.resolve(b.job_user)
+        if user is None:
+            return {}
+        jobuser.check_reachable(user, Path(b.run_dir))
+        home = Path(b.out_dir) / ".starforge" / "home"
+        home.mkdir(parents=True, exist_ok=True)
+        jobuser.hand_over(
+            user,
+            run_dir=Path(b.run_dir),
+            writable=[Path(b.work_dir), Path(b.out_dir)],
+            shared=[Path(plan.env["HF_HOME"])] if plan.env.get("HF_HOME") else [],
+        )
+        plan.env.update(user.env(str(home)))
+        self.say(f"the job runs as {user.name} (uid {user.uid})")
+        return user.popen_kwargs()
+
+    def _take_back(self) -> None:
+        try:
+            jobuser.take_back([Path(self.binding.work_dir), Path(self.binding.out_dir)])
+        except OSError as exc:  # the run's result stands; only the ownership stays the job's
+            self.say(f"could not take the run's folders back from the job's user: {exc}")
+
     def _base_env(self) -> dict[str, str]:
         # The runner inherits the control plane's environment; its settings are not the job's.
         return {k: v for k, v in os.environ.items() if not k.startswith(("STARFORGE_", "FORGE_"))}
@@ -138,6 +169,7 @@ class Runner:
             spec, manifest = self._load()
             self._prepare_work_dir(manifest)
             plan = self._compile(spec)
+            as_user = self._hand_over(plan)
         except (StarForgeError, OSError, ValueError) as exc:
             message = exc.message if isinstance(exc, StarForgeError) else str(exc)
             self.say(f"startup failed: {message}")
@@ -147,19 +179,28 @@ class Runner:
             return self._finish(SIGTERM_EXIT, None)
         self.say(f"running: {' '.join(plan.argv)} (cwd {plan.cwd})")
         self.reporter.send("running")
-        self.child = subprocess.Popen(
-            plan.argv,
-            cwd=plan.cwd,
-            env=plan.env,
-            stdin=subprocess.DEVNULL,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
+        try:
+            self.child = subprocess.Popen(
+                plan.argv,
+                cwd=plan.cwd,
+                env=plan.env,
+                stdin=subprocess.DEVNULL,
+                stdout=self.log,
+                stderr=subprocess.STDOUT,
+                **as_user,
+            )
+        except OSError as exc:  # not executable, or not by the job's user
+            self.say(f"startup failed: could not start {plan.argv[0]}: {exc}")
+            if as_user:
+                self._take_back()
+            return self._finish(2, EndReason.STARTUP_FAILED)
         if self.terminating:  # SIGTERM landed between the check and Popen
             self.child.send_signal(signal.SIGTERM)
         code = self.child.wait()
         if code < 0:
             code = 128 - code
+        if as_user:
+            self._take_back()
         return self._finish(code, EndReason.COMPLETED if code == 0 else EndReason.EXIT_NONZERO)
 
     def _finish(self, code: int, reason: EndReason | None) -> int:

@@ -15,8 +15,10 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import Depends, FastAPI
+from fastapi.openapi.utils import get_openapi
 
 from starforge import __version__
 from starforge.contract.api import API_PREFIX
@@ -40,7 +42,7 @@ from starforge.server.loops.reconciler import reconciler_loop
 from starforge.server.loops.scheduler import scheduler_loop
 from starforge.server.runtime import Runtime, build_runtime
 from starforge.server.services import users
-from starforge.server.settings import Settings
+from starforge.server.settings import Settings, secure_home
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await asyncio.to_thread(secure_home, settings)  # before the database and tokens exist
         rt = await asyncio.to_thread(build_runtime, settings, executor=executor)
         app.state.runtime = rt
         removed = await asyncio.to_thread(rt.storage.clean_uploads, settings.stale_upload_s)
@@ -101,4 +104,18 @@ def create_app(
     app.include_router(cluster.router, prefix=API_PREFIX, dependencies=gate)
     app.include_router(auth.router, prefix=API_PREFIX, dependencies=gate)
     console.install(app)
+    install_openapi(app)
     return app
+
+
+def install_openapi(app: FastAPI) -> None:
+    """The served OpenAPI documents what the server answers: every route's error statuses with
+    the error body (:func:`errors.document_errors`), whichever router added the route."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            app.openapi_schema = errors.document_errors(schema, API_PREFIX)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -38,6 +38,8 @@ from starforge.contract.profiles import ProfileDef
 
 # The YAML file's location depends on ``home``, which itself may come from the caller or the
 # environment; load_settings() sets this before pydantic-settings collects its sources.
+DEFAULT_JOB_USER = "nobody"  # the jobs' user when the server runs as root and names none
+
 _YAML_FILE: ContextVar[Path | None] = ContextVar("starforge_server_yaml", default=None)
 
 
@@ -143,6 +145,12 @@ class Settings(BaseSettings):
     # A temporary upload not written to for this long belongs to a dead upload: removed at start
     # (an upload still streaming into a server that shares the store keeps writing, so it stays).
     stale_upload_s: float = Field(default=600.0, ge=0)
+    # Jobs run as this user, so they cannot read the platform's files (the server's home, the
+    # runners' bindings and records). None: ``nobody`` when the server runs as root (only root
+    # can switch users), else the server's own user; "" always the server's own user.
+    job_user: str | None = None
+    # Absolute (shared) inputs are admitted only under one of these folders; empty: refused.
+    shared_roots: list[Path] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _derive(self) -> Settings:
@@ -154,6 +162,8 @@ class Settings(BaseSettings):
             self.database_url = f"sqlite:///{self.home / 'server' / 'starforge.db'}"
         if self.inventory is None:
             self.inventory = detect_inventory()
+        # Resolved once, so a root given through a symlink still contains the inputs under it.
+        self.shared_roots = [Path(os.path.abspath(p.expanduser())) for p in self.shared_roots]
         return self
 
     @classmethod
@@ -190,6 +200,31 @@ class Settings(BaseSettings):
     @property
     def server_dir(self) -> Path:
         return self.home / "server"
+
+    @property
+    def job_user_name(self) -> str:
+        """The user jobs run as; "" for the server's own user."""
+        if self.job_user is None:
+            return DEFAULT_JOB_USER if os.geteuid() == 0 else ""
+        return self.job_user
+
+
+def secure_home(settings: Settings) -> None:
+    """Keep the server's secrets from its jobs (and from other local users): the server folder
+    (database, token files, logs) 0700 and server.yaml 0600. The home itself stays traversable
+    (0711: no listing) because the default storage root lives under it and jobs run there."""
+    settings.server_dir.mkdir(parents=True, exist_ok=True)
+    for path, mode in (
+        (settings.home, 0o711),
+        (settings.server_dir, 0o700),
+        (settings.home / "server.yaml", 0o600),
+    ):
+        try:
+            os.chmod(path, mode)
+        except FileNotFoundError:
+            continue  # no server.yaml: nothing to protect
+        except PermissionError:
+            continue  # a home this user does not own (a shared config folder): left as it is
 
 
 def resolve_home(home: Path | str | None = None) -> Path:

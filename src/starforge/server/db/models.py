@@ -119,7 +119,8 @@ class Run(Base):
     config: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), nullable=True)
     gpus: Mapped[int] = mapped_column(Integer, default=0)
     idempotency_key: Mapped[str] = mapped_column(String(128))
-    run_token_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    run_token_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)  # runner's
+    job_token_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)  # job's
     current_attempt: Mapped[int] = mapped_column(Integer, default=0)
     # Auto-retry: the limit chosen at submit (None = the method's default) and how many
     # automatic requeues happened since the last user action (resume/retry reset it).

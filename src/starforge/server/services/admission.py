@@ -1,22 +1,22 @@
 """Admission: every check a submission must pass before anything is created.
 
-:func:`admit` is pure with respect to the database (it reads settings, the catalog, the storage
-and the disk) and returns what the run will be; it raises a :mod:`starforge.contract.errors` class
+:func:`admit` is pure with respect to the database (it reads settings, the catalog, the storage and
+the disk) and returns what the run will be; it raises a :mod:`starforge.contract.errors` class
 naming what was wrong and what to do. Order: catalog handshake (the submission's lock against the
-server's catalog), the checks the CLI ran too (:func:`contract.submission.check_submission`:
-profile against roles, required inputs, the image, the entrypoint, the recorded parameters),
-profiles resolved once (the profile's env snapshotted into the pools), fit against the inventory,
-shared inputs on disk, package inputs in the manifest, blobs present, and the experiment's config
-composed once for the observability rule and the framework checks (the client's validation is
-not trusted). The composed config is returned for the run's ``run.json``, so the runner does
-not compose it again.
-Capacity that is merely busy is not checked here: the run queues. Nor is a quota that is merely
-in use by the user's other runs (the run queues); a quota that can never allow the run (a profile
-it excludes, more GPUs than its limits) is rejected with the numbers, right after the fit.
-"""
+server's catalog), the checks the CLI ran too (:func:`contract.submission.check_submission`: profile
+against roles, required inputs, the image, the entrypoint, the recorded parameters), profiles
+resolved once (the profile's env snapshotted into the pools), fit against the inventory, shared
+(absolute) inputs under a configured shared root and then on disk, package inputs in the manifest,
+blobs present, and the experiment's config composed once for the observability rule and the
+framework checks (the client's validation is not trusted). The composed config is returned for the
+run's ``run.json``, so the runner does not compose it again. Capacity that is merely busy is not
+checked here: the run queues. Nor is a quota that is merely in use by the user's other runs (the run
+queues); a quota that can never allow the run (a profile it excludes, more GPUs than its limits) is
+rejected with the numbers, right after the fit."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -115,19 +115,52 @@ def check_quota(pools: list[Pool], quota: Quota) -> None:
         )
 
 
-def check_input_locations(spec: JobSpec, manifest: Manifest) -> None:
-    """Where the given inputs are: a shared path on the server, a path in the package."""
+def _under(path: str, roots: list[Path]) -> bool:
+    return any(path == str(r) or path.startswith(str(r).rstrip("/") + "/") for r in roots)
+
+
+def check_shared_input(name: str, value: str, shared_roots: list[Path]) -> None:
+    """An absolute input is used in place by the job: admit it only under a configured shared
+    root, and say so before the filesystem is touched, so the answer for ``/etc/shadow`` or the
+    server's own token file does not depend on whether it exists (no existence oracle)."""
+    lexical = os.path.normpath(value)  # "/data/../etc/shadow" is judged as "/etc/shadow"
+    details = {"input": name, "path": value, "shared_roots": [str(r) for r in shared_roots]}
+    if not _under(lexical, shared_roots):
+        raise Rejected(
+            f"input {name}: {value} is not under a shared root of this server",
+            hint="an admin lists the folders jobs may read in place under `shared_roots` in "
+            "server.yaml"
+            + (f" (now: {', '.join(map(str, shared_roots))})" if shared_roots else " (none now)")
+            + "; else pass a hub id or a path in the lab",
+            details=details,
+        )
+    # Under a root by name: a symbolic link inside it must not lead out of every root.
+    real = os.path.realpath(lexical)
+    if not _under(real, [Path(os.path.realpath(r)) for r in shared_roots]):
+        raise Rejected(
+            f"input {name}: {value} leads out of the shared roots (a symbolic link)",
+            hint="point the input at the data itself, inside a shared root",
+            details=details,
+        )
+    if not os.path.exists(real):
+        raise Rejected(
+            f"input {name}: the shared path {value} does not exist on the server",
+            hint="put the data on the shared storage or pass a hub id / a path in the lab",
+            details=details,
+        )
+
+
+def check_input_locations(
+    spec: JobSpec, manifest: Manifest, shared_roots: list[Path] | None = None
+) -> None:
+    """Where the given inputs are: a shared path under a shared root, a path in the package."""
     paths = {f.path for f in manifest.files}
     for name in INPUT_FLAGS:  # the one table of inputs (contract.submission)
         ref = getattr(spec.inputs, name)
         if ref is None:
             continue
-        if ref.kind is InputKind.SHARED and not Path(ref.value).exists():
-            raise Rejected(
-                f"input {name}: the shared path {ref.value} does not exist on the server",
-                hint="put the data on the shared storage or pass a hub id / a path in the lab",
-                details={"input": name, "path": ref.value},
-            )
+        if ref.kind is InputKind.SHARED:
+            check_shared_input(name, ref.value, shared_roots or [])
         if ref.kind is InputKind.PACKAGE:
             prefix = ref.value.rstrip("/") + "/"
             if ref.value not in paths and not any(p.startswith(prefix) for p in paths):
@@ -174,6 +207,7 @@ def admit(
     inventory: list[NodeDef],
     storage: Storage,
     quota: Quota | None = None,
+    shared_roots: list[Path] | None = None,
 ) -> Admitted:
     """Check a submission end to end; raise the first problem found."""
     # The packer's sensitive-file policy again, whichever client wrote the manifest.
@@ -185,7 +219,7 @@ def admit(
     check_fit(pools, inventory)
     if quota is not None:
         check_quota(pools, quota)
-    check_input_locations(spec, manifest)
+    check_input_locations(spec, manifest, shared_roots)
     check_blobs(manifest, storage)
     config = compose_config(spec, method, manifest, storage)
     check_observability(spec, method, config)

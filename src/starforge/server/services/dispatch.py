@@ -2,9 +2,10 @@
 
 A scheduler pass (:func:`schedule_pass`) walks the queue in order (priority, then age) and, for
 each run that fits, commits in ONE transaction: ``queued -> starting``, a new attempt row with its
-allocation and per-node records, a fresh run token (only its sha256 is stored) and the per-node
-binding files. Only after that commit does :func:`start_attempt` ask the executor to start each
-node and record the references. A start failure ends the attempt as ``startup_failed``.
+allocation and per-node records, two fresh tokens (the runner's, for lifecycle events, and the
+job's, for metrics ingest; only their sha256 is stored) and the per-node binding files. Only
+after that commit does :func:`start_attempt` ask the executor to start each node and record the
+references. A start failure ends the attempt as ``startup_failed``.
 
 An attempt after the first (resume, retry, auto-retry) starts from the run's latest checkpoint
 (``services/checkpoints``), recorded on the attempt and handed to the runner as ``resume_from``.
@@ -125,7 +126,8 @@ def place_run(
         return None
     number = run.current_attempt + 1
     run_dir = run_dir_of(rt, run)
-    token = secrets.token_urlsafe(32)
+    token = secrets.token_urlsafe(32)  # the runner's: lifecycle
+    job_token = secrets.token_urlsafe(32)  # the job's: ingest into this run only
     attempt = Attempt(
         run_id=run.id,
         number=number,
@@ -140,6 +142,7 @@ def place_run(
     session.add(attempt)
     run.current_attempt = number
     run.run_token_sha256 = token_digest(token)
+    run.job_token_sha256 = token_digest(job_token)
     where = ", ".join(f"{s.node}[{','.join(map(str, s.gpus))}]" for s in slots)
     statemachine.transition(
         session,
@@ -149,7 +152,14 @@ def place_run(
         actor="scheduler",
     )
     starts = write_bindings(
-        rt, run, number, slots, pools, token, resume_from=attempt.resumed_from or ""
+        rt,
+        run,
+        number,
+        slots,
+        pools,
+        token,
+        resume_from=attempt.resumed_from or "",
+        job_token=job_token,
     )
     return StartOrder(run.id, number, starts)
 
@@ -163,6 +173,7 @@ def write_bindings(
     token: str,
     *,
     resume_from: str = "",
+    job_token: str = "",
 ) -> list[NodeStart]:
     run_dir = run_dir_of(rt, run)
     if not rt.storage.run_json_path(run_dir).exists():  # written once, from the database
@@ -190,6 +201,8 @@ def write_bindings(
             run_token=token,
             resume_from=resume_from,
             hf_offline=rt.settings.hf_offline,
+            job_token=job_token,
+            job_user=rt.settings.job_user_name,
         )
         path = rt.storage.binding_path(run_dir, number, slot.rank)
         rt.storage.write_binding(path, binding.model_dump(mode="json"))

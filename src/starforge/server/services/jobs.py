@@ -127,6 +127,7 @@ def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
         inventory=rt.inventory,
         storage=rt.storage,
         quota=limits,
+        shared_roots=rt.settings.shared_roots,
     )
     blobs.require_owned(rt, user, req.manifest.digests())  # never another user's uploads
     run = _new_run(user, req, admitted)

@@ -121,12 +121,17 @@ class Outcome:
 
 
 def check_run_token(run: Run, token: str | None) -> None:
+    """Lifecycle events take the runner's token only: the job's (its STARFORGE_TOKEN) is refused,
+    so a job cannot report its own run finished while it still runs."""
     if not token:
         raise Unauthorized("the lifecycle endpoint needs the run token header")
     if run.run_token_sha256 is None or not hmac.compare_digest(
         run.run_token_sha256, token_digest(token)
     ):
-        raise Forbidden(f"this token is not valid for run {run.id}")
+        raise Forbidden(
+            f"this token is not valid for run {run.id}",
+            hint="lifecycle events come from the run's runner; a job reports metrics only",
+        )
 
 
 # ---- auto-retry --------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Run observability: metric points, hyperparameters and run metadata, written by the job itself.
 
-Ingest is authenticated by the run-scoped token the runner hands the job (only its sha256 is on
-the run, renewed per attempt), so a job can write to its own run and nothing else. Points are
+Ingest is authenticated by the job's token (``STARFORGE_TOKEN``; only its sha256 is on the run,
+renewed per attempt), so a job can write to its own run and nothing else; the runner's lifecycle
+token is refused here, as the job's token is refused by lifecycle. Points are
 stored by (run, key, step), last write wins, in one transaction per batch; within a batch the
 later of two values for the same (key, step) is the one kept. Non-finite values and empty or
 overlong keys are dropped and counted, never stored. Hyperparameters and metadata are merged
@@ -60,12 +61,14 @@ def check_token_absent() -> NoReturn:
 def check_token(run: Run, token: str | None) -> None:
     if not token:
         check_token_absent()
-    if run.run_token_sha256 is None or not hmac.compare_digest(
-        run.run_token_sha256, token_digest(token)
+    # Only the job's token: the runner's (lifecycle) token is not a way in, nor is any other run's.
+    if run.job_token_sha256 is None or not hmac.compare_digest(
+        run.job_token_sha256, token_digest(token)
     ):
         raise Forbidden(
             f"this token is not valid for run {run.id}",
-            hint="a job can report only to its own run, with the token of its current attempt",
+            hint="a job can report only to its own run, with the STARFORGE_TOKEN of its current "
+            "attempt",
         )
 
 
