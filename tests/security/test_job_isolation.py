@@ -81,15 +81,16 @@ def open_root() -> Iterator[Path]:
 
 @pytest.fixture
 def root_server(open_root: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """An embedded server as root with the default job user; its home and storage in
+    """An embedded server as root whose jobs run as ``nobody``; its home and storage in
     ``open_root``."""
     home = open_root / "home"
     home.mkdir()
     (home / "server.yaml").write_text(yaml.safe_dump({"storage_root": str(open_root / "st")}))
     monkeypatch.setenv("STARFORGE_HOME", str(home))
     monkeypatch.delenv("STARFORGE_SERVER", raising=False)
-    # The default (``nobody`` for a root server), which the rest of the suite overrides.
-    monkeypatch.delenv("STARFORGE_JOB_USER", raising=False)
+    # Named: the default picks ``nobody`` only when it can also run the runner's Python, which
+    # lives under root's 0700 home here (these probes run bash and curl).
+    monkeypatch.setenv("STARFORGE_JOB_USER", "nobody")
     assert main(["server", "start"]) == 0
     yield home
     main(["server", "stop"])

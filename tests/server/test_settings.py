@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
 from starforge.server import settings as settings_mod
-from starforge.server.settings import load_settings, series_of, virtual_inventory
+from starforge.server.settings import Settings, load_settings, series_of, virtual_inventory
 
 
 def test_paths_derive_from_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -90,3 +94,31 @@ def test_gpus_listed_by_nvidia_smi_make_one_node(
 )
 def test_a_gpu_name_becomes_a_series(name: str, series: str) -> None:
     assert series_of(name) == series
+
+
+@pytest.fixture
+def open_dir() -> Iterator[Path]:
+    """A folder every user may enter (0755 up to /): pytest's own tmp dirs are 0700."""
+    made = Path(tempfile.mkdtemp(prefix="sf-settings-", dir="/var/tmp"))
+    made.chmod(0o755)
+    yield made
+    shutil.rmtree(made, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the default job user applies to a root server")
+def test_a_root_server_isolates_jobs_as_nobody_only_where_nobody_can_reach_them(
+    open_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("STARFORGE_JOB_USER", raising=False)  # the default, unlike the suite
+    (open_dir / "bin").mkdir(mode=0o755)
+    python = open_dir / "bin" / "python"
+    python.write_text("")
+    reachable = Settings(home=open_dir / "home", runner_command=[str(python), "-m", "x"])
+    assert reachable.job_isolation() == ("nobody", "")
+    closed = open_dir / "closed"
+    closed.mkdir(mode=0o700)
+    behind = Settings(home=closed / "home", runner_command=[str(python), "-m", "x"])
+    user, warning = behind.job_isolation()
+    assert user == "" and f"cannot enter {closed}" in warning and "job_user" in warning
+    named = Settings(home=closed / "home", job_user="nobody")
+    assert named.job_isolation() == ("nobody", "")

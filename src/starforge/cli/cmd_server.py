@@ -52,6 +52,8 @@ def _describe(url: str) -> dict[str, object]:
         "pid": info.pid,
         "version": info.version,
         "executor": info.executor,
+        "job_user": info.job_user or "(the server's user)",
+        "isolation": info.isolation or f"jobs run as {info.job_user}, apart from the platform",
         "started_at": info.started_at.isoformat(),
         "uptime": _uptime(info.started_at),
         "home": str(config.home()),
@@ -117,5 +119,5 @@ def status(json_out: JsonOpt = False) -> None:
         raise typer.Exit(1)
     state = _describe(found[0])
     out.data(state)
-    for key in ("url", "pid", "version", "executor", "uptime", "home"):
+    for key in ("url", "pid", "version", "executor", "uptime", "home", "job_user", "isolation"):
         out.line(f"{key:>9}: {state[key]}")

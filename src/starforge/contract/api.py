@@ -41,6 +41,8 @@ class ServerInfo(Contract):
     pid: int
     executor: str
     url: str = ""
+    job_user: str = ""  # the user jobs run as; "" for the server's own
+    isolation: str = ""  # a warning when jobs are not isolated from the platform
 
 
 class WhoAmI(Contract):

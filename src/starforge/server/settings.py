@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 from contextvars import ContextVar
@@ -204,9 +205,40 @@ class Settings(BaseSettings):
     @property
     def job_user_name(self) -> str:
         """The user jobs run as; "" for the server's own user."""
-        if self.job_user is None:
-            return DEFAULT_JOB_USER if os.geteuid() == 0 else ""
-        return self.job_user
+        return self.job_isolation()[0]
+
+    def job_isolation(self) -> tuple[str, str]:
+        """(the user jobs run as, "" for the server's own; a warning when they are not isolated).
+
+        A named ``job_user`` is taken as it is (a run it cannot reach fails at startup, naming the
+        folder). Unnamed, a root server runs jobs as ``nobody`` when ``nobody`` can reach the
+        storage root and the runner's interpreter; where it cannot (the embedded default keeps
+        both under root's 0700 home), jobs run as root, and ``sf server status`` says so."""
+        shared = "jobs run as the server's user and can read what it can (docs/security.md)"
+        if self.job_user is not None:
+            return self.job_user, "" if self.job_user else shared
+        if os.geteuid() != 0:
+            return "", shared
+        assert self.storage_root is not None
+        interpreter = Path(self.runner_command[0]).resolve()
+        blocked = _closed_folder(self.storage_root) or _closed_folder(interpreter.parent)
+        if blocked is None:
+            return DEFAULT_JOB_USER, ""
+        return "", (
+            f"jobs run as root, not isolated: {DEFAULT_JOB_USER!r} cannot enter {blocked}; set "
+            "storage_root (and the Python install) in folders every user may enter, or job_user"
+        )
+
+
+def _closed_folder(path: Path) -> Path | None:
+    """The first folder on the way to ``path`` that other users may not enter, if any."""
+    for folder in [*reversed(path.parents), path]:
+        try:
+            if not folder.stat().st_mode & stat.S_IXOTH:
+                return folder
+        except FileNotFoundError:
+            return None  # made later under a folder already checked
+    return None
 
 
 def secure_home(settings: Settings) -> None:

@@ -21,12 +21,15 @@ def health() -> dict[str, bool]:
 
 @router.get("/info", response_model=ServerInfo, dependencies=[authorize(PUBLIC)])
 def info(rt: RuntimeDep) -> ServerInfo:
+    job_user, isolation = rt.settings.job_isolation()
     return ServerInfo(
         version=__version__,
         started_at=rt.started_at,
         pid=os.getpid(),
         executor=rt.settings.executor,
         url=rt.url,
+        job_user=job_user,
+        isolation=isolation,
     )
 
 
