@@ -2,14 +2,14 @@
 
 :func:`create_app` wires the routers under ``/api/v1``, the error handlers and a lifespan that
 builds the runtime (migrating the database), registers the local user when embedded, and runs the
-scheduler and reconciler loops as asyncio tasks for as long as the app serves. Stopping the app
-cancels the loops only: runners are separate process groups and keep running.
+scheduler and reconciler loops as asyncio tasks for as long as the app serves, in the one process
+that leads (``loops/leader``: always on SQLite; elected among the processes on PostgreSQL).
+Stopping the app cancels the loops only: runners are separate process groups and keep running.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -22,6 +22,7 @@ from starforge.server.api import blobs, cluster, deps, errors, ingest, lifecycle
 from starforge.server.console import routes as console
 from starforge.server.db import tables as _tables  # noqa: F401  (registers every ORM table)
 from starforge.server.executors.base import Executor
+from starforge.server.loops import leader
 from starforge.server.loops.reconciler import reconciler_loop
 from starforge.server.loops.scheduler import scheduler_loop
 from starforge.server.runtime import Runtime, build_runtime
@@ -41,6 +42,23 @@ def register_local_user(rt: Runtime) -> str:
     return name
 
 
+async def lead_loops(rt: Runtime, wake: asyncio.Event) -> None:
+    """Run the scheduler and reconciler whenever this process leads."""
+
+    def start_loops() -> list[asyncio.Task[None]]:
+        wake.set()  # a new leader places whatever waited while no one led
+        return [
+            asyncio.create_task(scheduler_loop(rt, wake), name="scheduler"),
+            asyncio.create_task(reconciler_loop(rt), name="reconciler"),
+        ]
+
+    def on_change(leading: bool) -> None:
+        rt.leader = leading
+
+    election = await asyncio.to_thread(leader.Election, rt.engine)
+    await leader.lead(election, start_loops, on_change)
+
+
 def create_app(
     settings: Settings, *, executor: Executor | None = None, run_loops: bool = True
 ) -> FastAPI:
@@ -58,18 +76,11 @@ def create_app(
         wake.set()  # place whatever waited in the queue while the server was down
         tasks = []
         if run_loops:
-            tasks = [
-                asyncio.create_task(scheduler_loop(rt, wake), name="scheduler"),
-                asyncio.create_task(reconciler_loop(rt), name="reconciler"),
-            ]
+            tasks = [asyncio.create_task(lead_loops(rt, wake), name="leader")]
         try:
             yield
         finally:
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await leader.stop_tasks(tasks)
             rt.unbind_loop()
             rt.engine.dispose()
 
