@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import UTC, datetime
 from typing import Annotated
@@ -37,18 +38,34 @@ def _describe(url: str) -> dict[str, object]:
         "started_at": info.started_at.isoformat(),
         "uptime": _uptime(info.started_at),
         "home": str(config.home()),
+        "database": info.database,
+        "leader": info.leader,
     }
 
 
+DatabaseOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--database-url",
+        envvar="STARFORGE_DATABASE_URL",
+        help="SQLAlchemy URL of the database, e.g. postgresql+psycopg://user@host/starforge "
+        "(default: SQLite under the home).",
+        show_envvar=True,
+    ),
+]
+
+
 @app.command()
-def start(json_out: JsonOpt = False) -> None:
+def start(database_url: DatabaseOpt = None, json_out: JsonOpt = False) -> None:
     """Start the embedded server in the background (nothing happens if it already runs).
 
-    Example: sf server start
+    Example: sf server start --database-url postgresql+psycopg://sf@db.lab/starforge
     """
     from starforge.cli import connect
 
     out.set_json(json_out)
+    if database_url:  # the server process reads it from its environment (pydantic-settings)
+        os.environ["STARFORGE_DATABASE_URL"] = database_url
     began = time.monotonic()
     url, _ = connect.start_embedded()
     state = _describe(url)
@@ -88,5 +105,6 @@ def status(json_out: JsonOpt = False) -> None:
         raise typer.Exit(1)
     state = _describe(found[0])
     out.data(state)
-    for key in ("url", "pid", "version", "executor", "uptime", "home"):
+    for key in ("url", "pid", "version", "executor", "database", "uptime", "home"):
         out.line(f"{key:>9}: {state[key]}")
+    out.line(f"{'loops':>9}: {'leader' if state['leader'] else 'follower (another process leads)'}")

@@ -31,6 +31,8 @@ class ServerInfo(Contract):
     pid: int
     executor: str
     url: str = ""
+    database: str = ""  # the database URL, its password hidden
+    leader: bool = True  # whether this process runs the scheduler and reconciler
 
 
 class WhoAmI(Contract):

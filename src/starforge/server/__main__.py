@@ -4,7 +4,10 @@ The server binds its socket itself (port 0 picks a free one), so it knows its UR
 once uvicorn has started, it writes ``<home>/server/server.json`` = {url, pid, version,
 started_at} atomically, and removes it on a clean shutdown (SIGTERM or SIGINT). A second server
 for the same home refuses to start while the first one's pid is alive. Logs go to
-``<home>/server/server.log``.
+``<home>/server/server.log``. The database (``--database-url``, else the settings') is migrated
+before the socket is bound; one migrated by a newer StarForge is refused (exit status 1).
+Several servers (each with its own home) may share one PostgreSQL database and storage root:
+all serve the API, one leads the loops (``loops/leader``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import uvicorn
 from starforge import __version__
 from starforge.contract.atomic import write_json_atomic
 from starforge.server.app import create_app
+from starforge.server.db.engine import SchemaNewerThanCode, make_engine, migrate
 from starforge.server.db.models import utcnow
 from starforge.server.executors.local import pid_alive
 from starforge.server.settings import Settings, load_settings
@@ -41,6 +45,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--home", help="state directory (default $STARFORGE_HOME or ~/.starforge)")
     parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port to listen on (0 = a free one)")
+    parser.add_argument(
+        "--database-url",
+        help="SQLAlchemy database URL (default $STARFORGE_DATABASE_URL, else SQLite in the home)",
+    )
     return parser.parse_args(argv)
 
 
@@ -119,15 +127,31 @@ async def serve(
                 info_path.unlink()
 
 
+def prepare_database(settings: Settings) -> None:
+    """Migrate the database (or refuse it) before serving anything."""
+    engine = make_engine(settings.db_url)
+    try:
+        migrate(engine)
+    finally:
+        engine.dispose()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+    given = (("host", args.host), ("port", args.port), ("database_url", args.database_url))
+    overrides = {k: v for k, v in given if v is not None}
     settings = load_settings(args.home, **overrides)
     setup_logging(settings)
     info_path = settings.server_dir / "server.json"
     running = other_server(info_path)
     if running is not None:
         print(f"a StarForge server already runs for {settings.home} at {running}", file=sys.stderr)
+        return 1
+    try:  # before binding: a database this code must not serve is refused with one clear line
+        prepare_database(settings)
+    except SchemaNewerThanCode as exc:
+        log.error("%s", exc)
+        print(f"starforge server: {exc}", file=sys.stderr)
         return 1
     sock = bind(settings.host, settings.port)
     url = settings.url or url_of(sock)

@@ -22,10 +22,11 @@ from starforge.server.api import blobs, cluster, deps, errors, ingest, lifecycle
 from starforge.server.console import routes as console
 from starforge.server.db import tables as _tables  # noqa: F401  (registers every ORM table)
 from starforge.server.executors.base import Executor
-from starforge.server.loops import leader
+from starforge.server.loops import leader, takeover
 from starforge.server.loops.reconciler import reconciler_loop
 from starforge.server.loops.scheduler import scheduler_loop
 from starforge.server.runtime import Runtime, build_runtime
+from starforge.server.services import lifecycle as run_lifecycle
 from starforge.server.services import users
 from starforge.server.settings import Settings
 
@@ -45,12 +46,20 @@ def register_local_user(rt: Runtime) -> str:
 async def lead_loops(rt: Runtime, wake: asyncio.Event) -> None:
     """Run the scheduler and reconciler whenever this process leads."""
 
-    def start_loops() -> list[asyncio.Task[None]]:
+    async def leading() -> None:
+        try:  # runners a dead leader launched report to this process from now on
+            await asyncio.to_thread(run_lifecycle.publish_beacon, rt)
+        except OSError:
+            log.exception("could not publish the control plane's beacon")
+        try:
+            await asyncio.to_thread(takeover.finish_interrupted_starts, rt)
+        except Exception:  # the reconciler settles whatever this could not start
+            log.exception("could not finish the starts a previous leader left")
         wake.set()  # a new leader places whatever waited while no one led
-        return [
-            asyncio.create_task(scheduler_loop(rt, wake), name="scheduler"),
-            asyncio.create_task(reconciler_loop(rt), name="reconciler"),
-        ]
+        await asyncio.gather(scheduler_loop(rt, wake), reconciler_loop(rt))
+
+    def start_loops() -> list[asyncio.Task[None]]:
+        return [asyncio.create_task(leading(), name="loops")]
 
     def on_change(leading: bool) -> None:
         rt.leader = leading

@@ -9,6 +9,7 @@ from fastapi import APIRouter
 from starforge import __version__
 from starforge.contract.api import ProfilesResponse, ServerInfo, WhoAmI
 from starforge.server.api.deps import RuntimeDep, UserDep
+from starforge.server.db.engine import describe_url
 
 router = APIRouter()
 
@@ -26,6 +27,8 @@ def info(rt: RuntimeDep) -> ServerInfo:
         pid=os.getpid(),
         executor=rt.settings.executor,
         url=rt.url,
+        database=describe_url(rt.settings.db_url),
+        leader=rt.leader,
     )
 
 
