@@ -47,13 +47,13 @@ def databases() -> Iterator[Databases | None]:
 
 @pytest.fixture
 def database_url(databases: Databases | None) -> Iterator[str | None]:
-    """A fresh PostgreSQL database at head for this test, or None (SQLite under the home)."""
+    """An empty PostgreSQL database at head for this test, or None (SQLite under the home)."""
     if databases is None:
         yield None
         return
-    url = databases.fresh()
+    url = databases.shared()
     yield url
-    databases.drop(url)
+    databases.clean(url)
 
 
 @pytest.fixture

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Annotated
 
@@ -55,6 +57,21 @@ DatabaseOpt = Annotated[
 ]
 
 
+@contextmanager
+def _server_env(key: str, value: str | None) -> Iterator[None]:
+    """``key=value`` in the environment the server process inherits, for this start only."""
+    saved = os.environ.get(key)
+    if value:
+        os.environ[key] = value
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = saved
+
+
 @app.command()
 def start(database_url: DatabaseOpt = None, json_out: JsonOpt = False) -> None:
     """Start the embedded server in the background (nothing happens if it already runs).
@@ -64,10 +81,9 @@ def start(database_url: DatabaseOpt = None, json_out: JsonOpt = False) -> None:
     from starforge.cli import connect
 
     out.set_json(json_out)
-    if database_url:  # the server process reads it from its environment (pydantic-settings)
-        os.environ["STARFORGE_DATABASE_URL"] = database_url
     began = time.monotonic()
-    url, _ = connect.start_embedded()
+    with _server_env("STARFORGE_DATABASE_URL", database_url):
+        url, _ = connect.start_embedded()
     state = _describe(url)
     out.data(state)
     out.success(f"server running at {url} (pid {state['pid']}, {time.monotonic() - began:.1f}s)")

@@ -20,6 +20,7 @@ On PostgreSQL the migration holds an advisory lock, so processes starting togeth
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -132,8 +133,18 @@ def check_not_newer(engine: Engine, cfg: Config) -> None:
         )
 
 
+@functools.cache
+def head_revision() -> str | None:
+    """The newest revision of the migrations shipped with this code (read once per process)."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    return ScriptDirectory.from_config(cfg).get_current_head()
+
+
 def migrate(engine: Engine) -> None:
     """Bring the schema to the newest revision (a no-op when it is already there)."""
+    if current_revision(engine) == head_revision():  # the usual start: nothing to do, no lock
+        return
     if not is_postgres(engine):
         _migrate(engine)
         return
