@@ -9,6 +9,18 @@ bash scripts/setup-browser.sh
 export HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1
 .venv/bin/ruff check src tests bench
 .venv/bin/ruff format --check src tests bench
+# --- Slurm: the tests under tests/slurm run against a real cluster (scripts/slurm.sh); this script
+# starts it and stops it on exit, unless it was already running (then it is left as it was).
+# STARFORGE_REQUIRE_SLURM=1 makes a Slurm test that cannot reach the cluster fail, never skip.
+slurm_started_here=0
+stop_slurm() { if [[ $slurm_started_here -eq 1 ]]; then bash scripts/slurm.sh stop >/dev/null; fi; }
+trap stop_slurm EXIT
+if ! bash scripts/slurm.sh status >/dev/null 2>&1; then
+    slurm_started_here=1
+    bash scripts/slurm.sh start
+fi
+export STARFORGE_REQUIRE_SLURM=1
+# --- end Slurm
 # --- PostgreSQL: a throwaway cluster (scripts/postgres.sh) for tests/postgres, and for a second
 # pass of the server and integration tests on PostgreSQL after the whole suite on SQLite. Started
 # here and stopped on exit unless it was already running. Under CI a PostgreSQL test fails, never

@@ -126,16 +126,26 @@ def test_a_platform_method_refuses_an_observability_url(
     sf: Callable[..., Result], new_lab: Callable[..., Lab]
 ) -> None:
     lab = new_lab(experiments_={"g1": "trl/grpo"})
+    for name in ("model/config.json", "train.jsonl", "val.jsonl"):  # the inputs it requires
+        (lab.root / "data" / name).parent.mkdir(parents=True, exist_ok=True)
+        (lab.root / "data" / name).write_text("{}\n")
+    commit_all(lab.root, "add inputs")
     got = sf(
         "submit",
         "g1",
         "--profile",
         "h200:1",
+        "--model",
+        "data/model",
+        "--train-data",
+        "data/train.jsonl",
+        "--validation-data",
+        "data/val.jsonl",
         "--observability-url",
         "https://wandb.example/x",
         cwd=lab.root,
     )
-    assert got.code == 2
+    assert got.code == 2, got.err
     assert "--observability-url is not accepted" in got.err
 
 

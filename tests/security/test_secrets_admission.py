@@ -7,6 +7,7 @@ nothing: no run row, no run directory.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -48,13 +49,17 @@ def runtime(client: TestClient) -> Runtime:
     return client.app.state.runtime  # type: ignore[attr-defined,no-any-return]
 
 
+def upload(client: TestClient, data: bytes) -> str:
+    digest = hashlib.sha256(data).hexdigest()
+    assert client.put(f"/blobs/{digest}", content=data, headers=ALICE).status_code == 201
+    return digest
+
+
 def body_with(client: TestClient, files: dict[str, bytes]) -> dict:
     """A valid submission plus ``files``, their blobs already uploaded (as an attacker would)."""
     rt = runtime(client)
     req = request(rt)
-    extra = [
-        FileEntry(path=p, sha256=rt.storage.put_bytes(d), size=len(d)) for p, d in files.items()
-    ]
+    extra = [FileEntry(path=p, sha256=upload(client, d), size=len(d)) for p, d in files.items()]
     req.manifest.files.extend(extra)
     return req.model_dump(mode="json")
 

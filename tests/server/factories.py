@@ -16,15 +16,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import select
+
 from starforge.catalog.loader import get_method
 from starforge.contract.api import LifecycleEvent, SubmitRequest, SubmitResponse
 from starforge.contract.jobspec import FileEntry, Inputs, JobSpec, Manifest, Provenance
 from starforge.contract.profiles import ProfileDef
 from starforge.contract.states import JobStatus
 from starforge.server import statemachine
-from starforge.server.db.models import Run
+from starforge.server.db.models import Run, User
 from starforge.server.runtime import Runtime
-from starforge.server.services import dispatch, jobs, lifecycle
+from starforge.server.services import blobs, dispatch, jobs, lifecycle
 from starforge.server.settings import NodeDef
 
 INVENTORY = [
@@ -75,6 +77,11 @@ class FakeExecutor:
 # ---- factories --------------------------------------------------------------------------------
 
 
+def _users(rt: Runtime) -> set[str]:
+    with rt.transaction() as session:
+        return set(TOKENS) | set(session.scalars(select(User.name)))
+
+
 def package(
     rt: Runtime,
     experiment: str = "exp",
@@ -88,6 +95,9 @@ def package(
     entries = []
     for path, data in sorted(files.items()):
         digest = rt.storage.put_bytes(data) if upload else hashlib.sha256(data).hexdigest()
+        if upload:  # as if each user had uploaded it (existence is answered per user)
+            for user in _users(rt):
+                blobs.record(rt, user, digest)
         entries.append(FileEntry(path=path, sha256=digest, size=len(data)))
     return Manifest(files=entries)
 
@@ -124,7 +134,10 @@ def request(rt: Runtime, *, key: str | None = None, **spec_args: Any) -> SubmitR
 
 
 def submit(rt: Runtime, user: str = "alice", **spec_args: Any) -> SubmitResponse:
-    return jobs.submit(rt, user, request(rt, **spec_args))
+    req = request(rt, **spec_args)
+    for digest in req.manifest.digests():  # the submitter sent the files of its package
+        blobs.record(rt, user, digest)
+    return jobs.submit(rt, user, req)
 
 
 def run_row(rt: Runtime, run_id: str) -> Run:

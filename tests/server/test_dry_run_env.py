@@ -21,7 +21,7 @@ from starforge.contract.env import Binding, job_env
 from starforge.contract.jobspec import JobSpec
 from starforge.project.lab import Lab
 from starforge.server.runtime import Runtime
-from starforge.server.services import dispatch, jobs
+from starforge.server.services import blobs, dispatch, jobs
 from starforge.server.settings import Settings, load_settings
 
 from .factories import INVENTORY, PROFILES, binding, run_row, schedule
@@ -57,7 +57,8 @@ def test_the_dry_run_env_of_every_node_is_the_real_jobs_env(
     shown = dry_run.describe(prepared, "alice")["plans"]
 
     for entry in prepared.manifest.files:
-        rt.storage.put_bytes((lab.root / entry.path).read_bytes())
+        # as alice's upload would (blobs are hers once she sent them)
+        blobs.record(rt, "alice", rt.storage.put_bytes((lab.root / entry.path).read_bytes()))
     req = SubmitRequest(
         spec=prepared.spec, manifest=prepared.manifest, idempotency_key=uuid.uuid4().hex
     )

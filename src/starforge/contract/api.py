@@ -9,12 +9,12 @@ ignores fields a newer server added (nested ones too), so an older client talks 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from starforge.contract.base import Contract
-from starforge.contract.jobspec import JobSpec, Manifest
+from starforge.contract.jobspec import JobSpec, Manifest, check_finite
 from starforge.contract.profiles import Pool, ProfileDef
 from starforge.contract.states import EndReason, JobStatus
 
@@ -22,6 +22,16 @@ API_PREFIX = "/api/v1"
 CLIENT_VERSION_HEADER = "X-StarForge-Client"
 RUN_TOKEN_HEADER = "X-StarForge-Run-Token"
 MIN_CLIENT_VERSION = "0.1.0"
+
+# Bounds of the numbers the API takes, so each fits the database's columns (64-bit steps, 32-bit
+# counters) and a value beyond them is a 400 naming the field, never an overflow inside.
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+MAX_COUNT = 1_000_000  # GPUs or runs in a quota
+MAX_PRIORITY = 1_000_000  # |priority| of a user's quota
+MAX_DIGESTS = 100_000  # digests in one /blobs/missing request
+# An exit status as a runner reports it: 0..255, or minus a signal's number (-SIGKILL = -9).
+EXIT_CODE_MIN, EXIT_CODE_MAX = -255, 255
 
 
 class ServerInfo(Contract):
@@ -40,7 +50,7 @@ class WhoAmI(Contract):
 
 
 class MissingBlobsRequest(Contract):
-    digests: list[str]
+    digests: list[str] = Field(max_length=MAX_DIGESTS)
 
 
 class MissingBlobsResponse(Contract):
@@ -149,12 +159,12 @@ class LogChunk(Contract):
 class LifecycleEvent(Contract):
     """What a runner reports about its attempt."""
 
-    attempt: int = Field(ge=1)
-    node_rank: int = Field(default=0, ge=0)
+    attempt: int = Field(ge=1, le=INT32_MAX)
+    node_rank: int = Field(default=0, ge=0, le=INT32_MAX)
     # ``heartbeat`` changes no status; a heartbeat that is not accepted tells the runner that
     # its attempt is over (the control plane decided so), and the runner stops its training.
     event: Literal["starting", "running", "exited", "heartbeat"]
-    exit_code: int | None = None
+    exit_code: int | None = Field(default=None, ge=EXIT_CODE_MIN, le=EXIT_CODE_MAX)
     end_reason: EndReason | None = None
     message: str = ""
 
@@ -182,18 +192,24 @@ class ProfilesResponse(Contract):
 class MetricStep(Contract):
     """Values logged at one step of a run (keys already flattened with ``/``)."""
 
-    step: int = Field(ge=0)
-    t: float = 0.0  # wall-clock time of the log call, seconds since the epoch
+    step: int = Field(ge=0, le=INT64_MAX)
+    # wall-clock time of the log call, seconds since the epoch (NaN/inf refused: it is stored)
+    t: float = Field(default=0.0, allow_inf_nan=False)
     values: dict[str, float]
 
 
 class IngestRequest(Contract):
     """What ``starforge.report`` sends: metric steps, hyperparameters and run metadata."""
 
-    attempt: int = Field(default=1, ge=1)
+    attempt: int = Field(default=1, ge=1, le=INT32_MAX)
     steps: list[MetricStep] = Field(default_factory=list)
     hparams: dict[str, Any] | None = None  # merged into the run's stored hyperparameters
     meta: dict[str, Any] | None = None  # merged into the run's metadata
+
+    @field_validator("hparams", "meta")
+    @classmethod
+    def _finite(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        return check_finite(v)
 
 
 class IngestAck(Contract):
@@ -308,14 +324,18 @@ def read_stream_event(event: str, data: str) -> StreamPayload | None:
 # ---- resources: quotas, usage, cluster capacity ------------------------------------------------
 
 
+Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+ProfileName = Annotated[str, Field(min_length=1, max_length=128)]
+
+
 class Quota(Contract):
     """A user's limits: None lifts a limit; ``allowed_profiles`` None allows every profile."""
 
-    max_gpus: int | None = Field(default=None, ge=0)  # GPUs in use at once, all series
-    max_gpus_per_series: dict[str, int] = Field(default_factory=dict)  # e.g. {"h200": 8}
-    max_runs: int | None = Field(default=None, ge=0)  # runs holding resources at once
-    allowed_profiles: list[str] | None = None
-    priority: int = 0  # higher goes first in the queue
+    max_gpus: int | None = Field(default=None, ge=0, le=MAX_COUNT)  # GPUs in use at once
+    max_gpus_per_series: dict[str, Count] = Field(default_factory=dict)  # e.g. {"h200": 8}
+    max_runs: int | None = Field(default=None, ge=0, le=MAX_COUNT)  # runs holding resources
+    allowed_profiles: list[ProfileName] | None = None
+    priority: int = Field(default=0, ge=-MAX_PRIORITY, le=MAX_PRIORITY)  # higher goes first
 
 
 class QuotaUpdate(Contract):
@@ -326,11 +346,11 @@ class QuotaUpdate(Contract):
     """
 
     reset: bool = False
-    max_gpus: int | None = Field(default=None, ge=0)
-    max_gpus_per_series: dict[str, int | None] = Field(default_factory=dict)
-    max_runs: int | None = Field(default=None, ge=0)
-    allowed_profiles: list[str] | None = None
-    priority: int | None = None
+    max_gpus: int | None = Field(default=None, ge=0, le=MAX_COUNT)
+    max_gpus_per_series: dict[str, Count | None] = Field(default_factory=dict)
+    max_runs: int | None = Field(default=None, ge=0, le=MAX_COUNT)
+    allowed_profiles: list[ProfileName] | None = None
+    priority: int | None = Field(default=None, ge=-MAX_PRIORITY, le=MAX_PRIORITY)
 
 
 class Usage(Contract):

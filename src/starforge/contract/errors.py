@@ -198,6 +198,28 @@ class BlobDigestMismatch(StarForgeError):
     http_status = 400
 
 
+class BodyTooLarge(StarForgeError):
+    """A request body beyond the server's configured limit for its route (nothing was kept)."""
+
+    code = "request.too_large"
+    http_status = 413
+    exit_code = 2
+
+
+class UnsupportedMediaType(StarForgeError):
+    code = "request.unsupported_media_type"
+    http_status = 415
+    exit_code = 2
+
+
+class IdempotencyConflict(StarForgeError):
+    """An idempotency key already used by a submission with a different body."""
+
+    code = "submit.idempotency_conflict"
+    http_status = 409
+    exit_code = 2
+
+
 class NotFound(StarForgeError):
     code = "not_found"
     http_status = 404

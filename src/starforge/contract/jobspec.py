@@ -9,31 +9,91 @@ experiment uploads nothing.
 
 from __future__ import annotations
 
+import math
 import posixpath
+import re
 from enum import StrEnum
 from pathlib import PurePosixPath
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from starforge.contract.base import Contract
 from starforge.contract.names import SAFE_SEGMENT, is_sha256
 
 API_VERSION = "starforge/v1"
+T = TypeVar("T")
+
+
+def _small_numbers(value: str) -> str:
+    if re.search(r"\d{7,}", value):
+        raise ValueError(f"{value[:40]!r}: a GPU count has at most 6 digits")
+    return value
+
+
+# One ``--profile`` argument (``h200:8``, ``trainer=h200:8``): short, so a number in it stays small.
+ProfileArg = Annotated[str, Field(min_length=1, max_length=128), AfterValidator(_small_numbers)]
+
+
+# Bounds of a manifest: what a file system everywhere accepts, and what one package may hold.
+MAX_FILE_BYTES = 1 << 40  # one file's declared size (the server's blob limit is at most this)
+MAX_FILES = 100_000  # files in one manifest
+MAX_COMPONENT_BYTES = 255  # one path component, UTF-8 (NAME_MAX of Linux file systems)
+MAX_PATH_BYTES = 4096  # a whole path, UTF-8 (PATH_MAX)
 
 
 def check_relpath(value: str) -> str:
-    """A lab-relative POSIX path that cannot escape the package root."""
+    """A lab-relative POSIX path that cannot escape the package root and that every file system
+    the runner unpacks into can hold: no control characters (NUL, newline), no component over
+    255 bytes, no ``..``, nothing absolute."""
     p = PurePosixPath(value)
     if not value or p.is_absolute() or ".." in p.parts or "\\" in value or value != p.as_posix():
         raise ValueError(f"{value!r} must be a normalised relative path inside the lab")
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValueError(f"{value!r} holds a control character (NUL, newline, ...)")
+    if len(value.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
+        raise ValueError(f"{value[:80]!r}... is longer than {MAX_PATH_BYTES} bytes")
+    long = [c for c in p.parts if len(c.encode("utf-8", "surrogatepass")) > MAX_COMPONENT_BYTES]
+    if long:
+        raise ValueError(
+            f"{value[:80]!r}: a path component is longer than {MAX_COMPONENT_BYTES} bytes"
+        )
     return value
+
+
+def check_finite(value: T, where: str = "") -> T:
+    """``value`` (JSON-like, nested) unchanged, unless a float in it is NaN or infinite: those
+    have no JSON spelling, so they would be stored as something else or break a reader."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{where or 'value'} is {value}; only finite numbers are accepted")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            check_finite(item, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            check_finite(item, f"{where}[{i}]")
+    return value
+
+
+def check_tree(paths: list[str]) -> None:
+    """Paths that can all be unpacked side by side: none twice, none both a file and a folder."""
+    seen: set[str] = set()
+    for path in paths:
+        if path in seen:
+            raise ValueError(f"{path!r} is listed twice")
+        seen.add(path)
+    for path in paths:
+        parts = path.split("/")
+        for i in range(1, len(parts)):
+            parent = "/".join(parts[:i])
+            if parent in seen:
+                raise ValueError(f"{parent!r} is a file and also the folder of {path!r}")
 
 
 class FileEntry(Contract):
     path: str
     sha256: str
-    size: int = Field(ge=0)
+    size: int = Field(ge=0, le=MAX_FILE_BYTES)
     executable: bool = False
     # A symlink that points inside the package travels as a link: its target, relative to the
     # link's folder (sha256 and size are the target's). Absent from the wire for plain files.
@@ -68,7 +128,12 @@ class FileEntry(Contract):
 
 
 class Manifest(Contract):
-    files: list[FileEntry] = Field(default_factory=list)
+    files: list[FileEntry] = Field(default_factory=list, max_length=MAX_FILES)
+
+    @model_validator(mode="after")
+    def _tree(self) -> Manifest:
+        check_tree([f.path for f in self.files])
+        return self
 
     @property
     def total_bytes(self) -> int:
@@ -86,7 +151,7 @@ class InputKind(StrEnum):
 
 class InputRef(Contract):
     kind: InputKind
-    value: str
+    value: str = Field(max_length=4096)
 
     @field_validator("value")
     @classmethod
@@ -132,14 +197,19 @@ class JobSpec(Contract):
     project: str
     experiment: str
     method: MethodRef
-    profiles: list[str] = Field(min_length=1)
+    profiles: list[ProfileArg] = Field(min_length=1, max_length=16)
     inputs: Inputs = Field(default_factory=Inputs)
     hyperparams: dict[str, Any] = Field(default_factory=dict)
-    image: str = ""
+    image: str = Field(default="", max_length=1024)
     provenance: Provenance
     # Where the run's curves live for an ``external``-observability method (e.g. a W&B project);
     # empty for ``platform`` methods, whose curves the control plane keeps itself.
-    observability_url: str = ""
+    observability_url: str = Field(default="", max_length=2048)
+
+    @field_validator("hyperparams")
+    @classmethod
+    def _finite(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return check_finite(v)
 
     @field_validator("project", "experiment")
     @classmethod

@@ -1,10 +1,12 @@
 """The FastAPI application factory.
 
 :func:`create_app` wires the routers under ``/api/v1``, the error handlers and a lifespan that
-builds the runtime (migrating the database), registers the local user when embedded, and runs the
-scheduler and reconciler loops as asyncio tasks for as long as the app serves, in the one process
-that leads (``loops/leader``: always on SQLite; elected among the processes on PostgreSQL).
-Stopping the app cancels the loops only: runners are separate process groups and keep running.
+builds the runtime (migrating the database), removes temporary uploads left by killed uploads,
+registers the local user when embedded, and runs the scheduler and reconciler loops as asyncio
+tasks for as long as the app serves, in the one process that leads (``loops/leader``: always on
+SQLite; elected among the processes on PostgreSQL). Stopping the app cancels the loops only:
+runners are separate process groups and keep running. Every request body is bounded by
+:class:`starforge.server.api.bodies.BodyLimit` before a route reads it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,18 @@ from fastapi import Depends, FastAPI
 
 from starforge import __version__
 from starforge.contract.api import API_PREFIX
-from starforge.server.api import blobs, cluster, deps, errors, ingest, lifecycle, meta, runs, stream
+from starforge.server.api import (
+    blobs,
+    bodies,
+    cluster,
+    deps,
+    errors,
+    ingest,
+    lifecycle,
+    meta,
+    runs,
+    stream,
+)
 from starforge.server.console import routes as console
 from starforge.server.db import tables as _tables  # noqa: F401  (registers every ORM table)
 from starforge.server.executors.base import Executor
@@ -77,6 +90,9 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         rt = await asyncio.to_thread(build_runtime, settings, executor=executor)
         app.state.runtime = rt
+        removed = await asyncio.to_thread(rt.storage.clean_uploads, settings.stale_upload_s)
+        if removed:
+            log.info("removed %d temporary upload(s) left by killed uploads", len(removed))
         if settings.embedded:
             name = await asyncio.to_thread(register_local_user, rt)
             log.info("local user %s registered", name)
@@ -95,6 +111,9 @@ def create_app(
 
     app = FastAPI(title="StarForge", version=__version__, lifespan=lifespan)
     errors.install(app)
+    app.add_middleware(
+        bodies.BodyLimit, limit=lambda method, path: bodies.limit_for(settings, method, path)
+    )
     gate = [Depends(deps.check_client_version)]
     for module in (meta, blobs, runs, lifecycle, ingest, stream):
         app.include_router(module.router, prefix=API_PREFIX, dependencies=gate)

@@ -33,6 +33,7 @@ from pydantic_settings import (
 )
 
 from starforge.contract.api import Quota
+from starforge.contract.jobspec import MAX_FILE_BYTES
 from starforge.contract.profiles import ProfileDef
 
 # The YAML file's location depends on ``home``, which itself may come from the caller or the
@@ -133,6 +134,15 @@ class Settings(BaseSettings):
     # A run queued this long goes ahead of fair share (oldest first) within its priority.
     fair_share_patience_s: float = Field(default=1800.0, ge=0)
     hf_offline: bool = True
+    # Request bodies, in bytes: a body beyond its route's limit is answered 413 and never kept
+    # (Content-Length over the limit is refused before a byte is read; a longer stream is cut).
+    max_body_bytes: int = Field(default=1 << 20, ge=1024)  # every route not named below
+    max_submit_bytes: int = Field(default=64 << 20, ge=1024)  # /jobs and /blobs/missing
+    max_ingest_bytes: int = Field(default=16 << 20, ge=1024)  # one metrics batch of a job
+    max_blob_bytes: int = Field(default=8 << 30, ge=1024, le=MAX_FILE_BYTES)  # one uploaded file
+    # A temporary upload not written to for this long belongs to a dead upload: removed at start
+    # (an upload still streaming into a server that shares the store keeps writing, so it stays).
+    stale_upload_s: float = Field(default=600.0, ge=0)
 
     @model_validator(mode="after")
     def _derive(self) -> Settings:

@@ -8,22 +8,25 @@ Layout (one root, the same path on every node)::
 (named in :mod:`starforge.contract.layout`, the one place the server, the runner and the SDK
 agree on). Guarantees: a blob path exists only with content that hashes to its name (written to a
 temporary file in the same directory, fsynced, verified while streaming, then renamed into
-place), so a crash or a bad upload never leaves a half-written or wrong blob. JSON state files go
-through :func:`starforge.contract.atomic.write_json_atomic`, with mode 0600 where they carry a
-secret.
+place), so a crash or a bad upload never leaves a half-written or wrong blob; an upload is cut off
+at its size limit, and the temporary file of a killed upload is removed at the next start. JSON
+state files go through :func:`starforge.contract.atomic.write_json_atomic`, with mode 0600 where
+they carry a secret.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from starforge.contract.atomic import write_json_atomic
-from starforge.contract.errors import BlobDigestMismatch, InvalidName
+from starforge.contract.errors import BlobDigestMismatch, BodyTooLarge, InvalidName
 from starforge.contract.layout import RunLayout, StorageLayout
 from starforge.contract.names import is_sha256
 
@@ -38,23 +41,47 @@ def _check_digest(digest: str) -> str:
     return digest
 
 
-class BlobWriter:
-    """Streams one upload into the store; :meth:`commit` verifies and publishes it."""
+UPLOAD_PREFIX, UPLOAD_SUFFIX = ".upload.", ".tmp"
 
-    def __init__(self, store: Storage, digest: str) -> None:
+
+class BlobWriter:
+    """Streams one upload into the store; :meth:`commit` verifies and publishes it.
+
+    The content is hashed as it arrives and cut off past ``max_bytes`` (the temporary file is
+    removed and :class:`BodyTooLarge` raised). When the store already holds the digest, nothing
+    is written to disk: the upload is only hashed, so a re-upload proves the sender has the
+    content without costing the store a second copy.
+    """
+
+    def __init__(self, store: Storage, digest: str, *, max_bytes: int | None = None) -> None:
         self.digest = _check_digest(digest)
         self.final = store.blob_path(digest)
-        self.final.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".upload.", suffix=".tmp", dir=self.final.parent)
-        self._tmp = Path(tmp)
-        self._fh = os.fdopen(fd, "wb")
+        self.max_bytes = max_bytes
         self._hash = hashlib.sha256()
         self.size = 0
+        self._tmp: Path | None = None
+        self._fh: BinaryIO | None = None
+        if not self.final.is_file():
+            self.final.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(
+                prefix=UPLOAD_PREFIX, suffix=UPLOAD_SUFFIX, dir=self.final.parent
+            )
+            self._tmp = Path(tmp)
+            self._fh = os.fdopen(fd, "wb")
 
     def write(self, chunk: bytes) -> None:
-        self._hash.update(chunk)
-        self._fh.write(chunk)
         self.size += len(chunk)
+        if self.max_bytes is not None and self.size > self.max_bytes:
+            self.abort()
+            raise BodyTooLarge(
+                f"the upload of {self.digest} is larger than the blob limit of "
+                f"{self.max_bytes} bytes",
+                hint="a server admin can raise max_blob_bytes in server.yaml",
+                details={"limit": self.max_bytes, "sha256": self.digest},
+            )
+        self._hash.update(chunk)
+        if self._fh is not None:
+            self._fh.write(chunk)
 
     def commit(self) -> int:
         """Publish the blob if it hashes to its name; else discard it and raise."""
@@ -67,19 +94,21 @@ class BlobWriter:
                     "submit again",
                     details={"expected": self.digest, "actual": actual, "size": self.size},
                 )
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
-            self._fh.close()
-            os.chmod(self._tmp, 0o644)
-            os.replace(self._tmp, self.final)
+            if self._fh is not None and self._tmp is not None:
+                self._fh.flush()
+                os.fsync(self._fh.fileno())
+                self._fh.close()
+                os.chmod(self._tmp, 0o644)
+                os.replace(self._tmp, self.final)
             return self.size
         finally:
             self.abort()
 
     def abort(self) -> None:
-        if not self._fh.closed:
+        if self._fh is not None and not self._fh.closed:
             self._fh.close()
-        self._tmp.unlink(missing_ok=True)
+        if self._tmp is not None:
+            self._tmp.unlink(missing_ok=True)
 
 
 class Storage:
@@ -103,8 +132,23 @@ class Storage:
     def missing(self, digests: list[str]) -> list[str]:
         return sorted({d for d in digests if not self.has(d)})
 
-    def blob_writer(self, digest: str) -> BlobWriter:
-        return BlobWriter(self, digest)
+    def blob_writer(self, digest: str, *, max_bytes: int | None = None) -> BlobWriter:
+        return BlobWriter(self, digest, max_bytes=max_bytes)
+
+    def clean_uploads(self, stale_s: float, *, now: float | None = None) -> list[Path]:
+        """Remove temporary uploads nobody has written to for ``stale_s`` seconds (left by an
+        upload that was killed); return what was removed."""
+        blobs = self.layout.blob("0" * 64).parent.parent  # the folder of the shards, per layout
+        if not blobs.is_dir():
+            return []
+        cutoff = (time.time() if now is None else now) - stale_s
+        removed = []
+        for tmp in blobs.glob(f"*/{UPLOAD_PREFIX}*{UPLOAD_SUFFIX}"):
+            with contextlib.suppress(FileNotFoundError):
+                if tmp.stat().st_mtime <= cutoff:
+                    tmp.unlink()
+                    removed.append(tmp)
+        return removed
 
     def put_bytes(self, data: bytes) -> str:
         """Store ``data`` under its own digest (tests and small server-made files)."""

@@ -12,8 +12,8 @@ router = APIRouter()
 
 
 @router.get("/cluster/status", response_model=ClusterStatus)
-def cluster_status(rt: RuntimeDep, _: UserDep) -> ClusterStatus:
-    return usage.cluster_status(rt)
+def cluster_status(rt: RuntimeDep, user: UserDep) -> ClusterStatus:
+    return usage.cluster_status(rt, viewer=user)
 
 
 @router.get("/usage/mine", response_model=MyUsage)

@@ -1,8 +1,12 @@
 """Metrics: the job's ingest endpoint (run token) and the user's queries (bearer token).
 
-The ingest body is parsed straight from its bytes by pydantic's JSON parser (one pass, no
-intermediate Python objects), and the database write runs in a worker thread so a large batch
-never stalls the event loop that serves log streams.
+Ingest checks, in this order and before it reads a byte of the body: the run exists, the token
+is the run's current one, the run has not ended, and the body is declared JSON (415 otherwise:
+a browser's no-preflight ``text/plain`` POST is never parsed). The body is then read up to the
+configured ``max_ingest_bytes`` (:mod:`starforge.server.api.bodies` cuts it there with a 413),
+parsed straight from its bytes by pydantic's JSON parser (one pass, no intermediate Python
+objects), and written in a worker thread so a large batch never stalls the event loop that
+serves log streams.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from starforge.contract.api import (
     ProgressList,
     RunMetaView,
 )
+from starforge.server.api.bodies import require_json
 from starforge.server.api.deps import RuntimeDep, UserDep
 from starforge.server.api.errors import validation_error
 from starforge.server.services import metrics
@@ -36,6 +41,8 @@ async def ingest(
     rt: RuntimeDep,
     token: Annotated[str | None, Header(alias=RUN_TOKEN_HEADER)] = None,
 ) -> IngestAck:
+    await asyncio.to_thread(metrics.authorize, rt, run_id, token)
+    require_json(request.headers.get("content-type"))
     raw = await request.body()
     try:
         body = IngestRequest.model_validate_json(raw)

@@ -2,8 +2,9 @@
 resume, retry) live in ``services/actions``, which reads runs through this module.
 
 Submit is idempotent per (user, idempotency key): the first request creates the run, any later
-one returns that run with ``created=False``. The unique constraint on the pair makes this hold
-even when two requests race (the loser reads the winner's run).
+one with the same body returns that run with ``created=False``, and one with a different body
+is a 409 naming the run. The unique constraint on the pair makes this hold even when two requests
+race (the loser reads the winner's run).
 """
 
 from __future__ import annotations
@@ -23,14 +24,14 @@ from starforge.contract.api import (
     SubmitRequest,
     SubmitResponse,
 )
-from starforge.contract.errors import AmbiguousRun, RunNotFound
+from starforge.contract.errors import AmbiguousRun, IdempotencyConflict, RunNotFound
 from starforge.contract.jobspec import JobSpec
 from starforge.contract.names import new_run_id
 from starforge.contract.states import EndReason, JobStatus
 from starforge.server import statemachine
 from starforge.server.db.models import Attempt, Run
 from starforge.server.runtime import Runtime
-from starforge.server.services import admission, lifecycle, queue, quotas
+from starforge.server.services import admission, blobs, lifecycle, queue, quotas
 
 log = logging.getLogger(__name__)
 MAX_CANDIDATES = 8
@@ -70,6 +71,27 @@ def _response(session: Session, run: Run, *, created: bool, warnings: list[str])
     )
 
 
+def _same_request(run: Run, req: SubmitRequest) -> bool:
+    """Whether ``req`` is the request that made ``run`` (a retry), not a new one reusing its key."""
+    return (
+        run.spec == req.spec.model_dump(mode="json")
+        and run.manifest == req.manifest.model_dump(mode="json")
+        and run.max_retries == req.max_retries
+    )
+
+
+def _replay(session: Session, run: Run, req: SubmitRequest) -> SubmitResponse:
+    """The answer to a request whose key made ``run`` already: that run, or a 409 if it differs."""
+    if not _same_request(run, req):
+        raise IdempotencyConflict(
+            f"the idempotency key {req.idempotency_key!r} was used for run {run.id}, "
+            "with a different spec or manifest",
+            hint=f"use a new key for a new submission (`sf job status {run.id}` shows that run)",
+            details={"run_id": run.id, "idempotency_key": req.idempotency_key},
+        )
+    return _response(session, run, created=False, warnings=[])
+
+
 def _new_run(user: str, req: SubmitRequest, admitted: admission.Admitted) -> Run:
     spec = req.spec
     return Run(
@@ -96,7 +118,7 @@ def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
     with rt.transaction() as session:
         existing = _find_by_key(session, user, req.idempotency_key)
         if existing is not None:
-            return _response(session, existing, created=False, warnings=[])
+            return _replay(session, existing, req)
         limits, _ = quotas.effective(session, rt.settings, user)
     admitted = admission.admit(
         req.spec,
@@ -106,6 +128,7 @@ def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
         storage=rt.storage,
         quota=limits,
     )
+    blobs.require_owned(rt, user, req.manifest.digests())  # never another user's uploads
     run = _new_run(user, req, admitted)
     run.priority = limits.priority  # the queue orders by the user's priority at submit
     # The committed row is the durable record; the run's files are written when it is placed.
@@ -117,7 +140,7 @@ def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
             existing = _find_by_key(session, user, req.idempotency_key)
             if existing is None:
                 raise
-            return _response(session, existing, created=False, warnings=[])
+            return _replay(session, existing, req)
     rt.wake_scheduler()
     with rt.transaction() as session:
         fresh = session.get(Run, run.id)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hmac
 import json
 import math
-from typing import Any
+from typing import Any, NoReturn
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -32,6 +32,7 @@ from starforge.contract.api import (
     RunProgress,
 )
 from starforge.contract.errors import Forbidden, RunNotFound, Unauthorized, UsageError
+from starforge.contract.states import JobStatus
 from starforge.server.db.metrics import MAX_KEY_LENGTH, MetricPoint, RunMeta
 from starforge.server.db.models import Run, utcnow
 from starforge.server.runtime import Runtime
@@ -49,12 +50,16 @@ Point = tuple[str, str, int, float, float]  # run_id, key, step, value, at
 # ---- ingest -------------------------------------------------------------------------------------
 
 
+def check_token_absent() -> NoReturn:
+    raise Unauthorized(
+        "metrics ingest needs the run token header",
+        hint="starforge.report sends it from STARFORGE_TOKEN, which the platform sets",
+    )
+
+
 def check_token(run: Run, token: str | None) -> None:
     if not token:
-        raise Unauthorized(
-            "metrics ingest needs the run token header",
-            hint="starforge.report sends it from STARFORGE_TOKEN, which the platform sets",
-        )
+        check_token_absent()
     if run.run_token_sha256 is None or not hmac.compare_digest(
         run.run_token_sha256, token_digest(token)
     ):
@@ -62,6 +67,30 @@ def check_token(run: Run, token: str | None) -> None:
             f"this token is not valid for run {run.id}",
             hint="a job can report only to its own run, with the token of its current attempt",
         )
+
+
+def authorized_run(session: Session, run_id: str, token: str | None) -> Run:
+    """The run ``token`` may report into: it exists, the token is its current one, and it has
+    not ended (a finished job's leftover token writes nothing)."""
+    if not token:
+        check_token_absent()
+    run = session.get(Run, run_id)
+    if run is None:
+        raise RunNotFound(f"no run {run_id}")
+    check_token(run, token)
+    if JobStatus(run.status).is_terminal:
+        raise Forbidden(
+            f"run {run.id} has ended ({run.status}); it takes no more metrics",
+            hint="a job reports only while its run is active",
+            details={"run_id": run.id, "status": run.status},
+        )
+    return run
+
+
+def authorize(rt: Runtime, run_id: str, token: str | None) -> None:
+    """Refuse a request that may not report into ``run_id`` (before its body is read)."""
+    with rt.transaction() as session:
+        authorized_run(session, run_id, token)
 
 
 def points_of(run_id: str, body: IngestRequest) -> tuple[list[Point], int]:
@@ -119,10 +148,7 @@ def ingest(rt: Runtime, run_id: str, token: str | None, body: IngestRequest) -> 
             hint="send smaller batches (starforge.report does)",
         )
     with rt.transaction() as session:
-        run = session.get(Run, run_id)
-        if run is None:
-            raise RunNotFound(f"no run {run_id}")
-        check_token(run, token)
+        authorized_run(session, run_id, token)
         if rows:
             _upsert(session, rows)
         meta = session.get(RunMeta, run_id)

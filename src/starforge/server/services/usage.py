@@ -79,16 +79,18 @@ def list_all(rt: Runtime, admin: str) -> QuotaList:
         return QuotaList(users=[_user_quota(rt, session, n, held) for n in names])
 
 
-def cluster_status(rt: Runtime) -> ClusterStatus:
+def cluster_status(rt: Runtime, viewer: str | None = None) -> ClusterStatus:
+    """Capacity for everyone; run ids on nodes only the viewer's own (all of them for admins)."""
     with rt.transaction() as session:
         held = queue.holdings(session)
+        see_all = viewer is None or users.role_of(session, viewer) == users.ADMIN
         queued = session.scalar(select(func.count()).where(Run.status == JobStatus.QUEUED.value))
         active = session.scalar(select(func.count()).where(Run.status.in_(_ACTIVE)))
     nodes = []
     for n in rt.inventory:
         mine = [h for h in held if h.node == n.name]
         used = len({g for h in mine for g in h.gpus})
-        runs = sorted({h.run_id for h in mine})
+        runs = sorted({h.run_id for h in mine if see_all or h.user == viewer})
         nodes.append(
             NodeCapacity(
                 name=n.name, series=n.series, gpus=n.gpus, used=used, free=n.gpus - used, runs=runs

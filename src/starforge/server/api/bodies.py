@@ -1,0 +1,136 @@
+"""Request bodies: every one bounded before any route sees a byte of it.
+
+:class:`BodyLimit` is a small ASGI middleware around the whole app. Each request gets the limit
+of its route (:func:`limit_for`: blob uploads, metrics ingest and submissions have their own
+configured limits, ``/blobs/missing`` shares the submissions' limit as it lists a package's
+digests, every other route has the generic one). A ``Content-Length`` over the limit is
+answered 413 at once, without reading the body; a body that streams past the limit (chunked, or
+longer than it said) is cut there: the client gets the 413 and the route's read raises
+:class:`~starforge.contract.errors.BodyTooLarge`, so an upload in progress is aborted and nothing
+it wrote is kept. So no request can make the server hold more than its route's limit in memory.
+
+Routes that read their body themselves (ingest, blob uploads) authenticate before reading it, so
+a request without a valid token costs the server its headers only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from starforge.contract.api import API_PREFIX
+from starforge.contract.errors import BodyTooLarge, UnsupportedMediaType
+from starforge.server.settings import Settings
+
+_BLOB = re.compile(rf"^{re.escape(API_PREFIX)}/blobs/[^/]+$")
+_INGEST = re.compile(rf"^{re.escape(API_PREFIX)}/runs/[^/]+/ingest$")
+_MANIFEST_SIZED = {f"{API_PREFIX}/jobs", f"{API_PREFIX}/blobs/missing"}
+
+
+def limit_for(settings: Settings, method: str, path: str) -> int:
+    """The most bytes a request to ``method path`` may send."""
+    if method == "PUT" and _BLOB.match(path):
+        return settings.max_blob_bytes
+    if method == "POST" and _INGEST.match(path):
+        return settings.max_ingest_bytes
+    if method == "POST" and path.rstrip("/") in _MANIFEST_SIZED:
+        return settings.max_submit_bytes  # both carry one entry per file of a package
+    return settings.max_body_bytes
+
+
+def too_large(limit: int, declared: int | None = None) -> BodyTooLarge:
+    said = f" ({declared} bytes)" if declared is not None else ""
+    return BodyTooLarge(
+        f"the request body{said} is larger than this endpoint's limit of {limit} bytes",
+        hint="send less per request; a server admin can raise the limit in server.yaml",
+        details={"limit": limit, **({"declared": declared} if declared is not None else {})},
+    )
+
+
+def require_json(content_type: str | None) -> None:
+    """415 unless the body is declared as JSON (a browser's no-preflight text/plain is not)."""
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    if media != "application/json" and not (
+        media.startswith("application/") and media.endswith("+json")
+    ):
+        raise UnsupportedMediaType(
+            f"the body must be sent as application/json, not {media or 'no Content-Type'}",
+            hint="set Content-Type: application/json",
+            details={"content_type": media},
+        )
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+async def _send_error(send: Send, err: BodyTooLarge) -> None:
+    body = json.dumps(err.to_wire()).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": err.http_status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class BodyLimit:
+    """ASGI middleware: a request body beyond its route's limit is a 413, read no further."""
+
+    def __init__(self, app: ASGIApp, limit: Callable[[str, str], int]) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.limit(scope["method"], scope["path"])
+        declared = _content_length(scope)
+        if declared is not None and declared > limit:
+            await _send_error(send, too_large(limit, declared))
+            return
+        seen = 0
+        started = refused = False
+
+        async def limited_receive() -> Message:
+            nonlocal seen, refused
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    err = too_large(limit)
+                    if not started and not refused:
+                        refused = True
+                        await _send_error(send, err)
+                    raise err
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if refused:
+                return  # the 413 went out already; whatever the route answered after is dropped
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, guarded_send)
+        except BodyTooLarge:
+            if not refused:
+                raise
