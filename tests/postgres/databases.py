@@ -14,8 +14,11 @@ Every database made here is dropped at the end of the session.
 from __future__ import annotations
 
 import os
+import subprocess
 import uuid
+from pathlib import Path
 
+import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine.url import make_url
 from sqlalchemy.pool import NullPool
@@ -25,10 +28,45 @@ from starforge.server.db.engine import make_engine, migrate
 ENV = "STARFORGE_TEST_DATABASE_URL"
 # Read once at import: the server tests clear every STARFORGE_* variable around each test.
 URL = os.environ.get(ENV, "")
+PG_DIR = os.environ.get("STARFORGE_PG_DIR", "")  # where scripts/postgres.sh keeps its cluster
+
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "postgres.sh"
 
 
 def on_postgres() -> bool:
+    """Whether the server and integration fixtures run on PostgreSQL in this session."""
     return URL.startswith("postgresql")
+
+
+def cluster_url() -> str:
+    """The cluster to test on: ``STARFORGE_TEST_DATABASE_URL``, else scripts/postgres.sh's."""
+    if URL:
+        return URL
+    env = {**os.environ, "STARFORGE_PG_DIR": PG_DIR} if PG_DIR else None
+    try:
+        got = subprocess.run(
+            ["bash", str(SCRIPT), "url"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+            env=env,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return got.stdout.strip() if got.returncode == 0 else ""
+
+
+def require_cluster() -> str:
+    """:func:`cluster_url`, or skip the test; under ``CI=true`` a missing cluster fails it."""
+    url = cluster_url()
+    if not url:
+        why = "no PostgreSQL: run `scripts/postgres.sh start` or set STARFORGE_TEST_DATABASE_URL"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"{why} (under CI a missing service is a failure)")
+        pytest.skip(why)
+    return url
 
 
 class Databases:

@@ -29,26 +29,31 @@ from starforge.server.db.metrics import RunMeta
 from starforge.server.db.models import Event, Run
 from starforge.server.db.resources import QuotaRow
 from starforge.server.db.tables import Base
-from tests.postgres.databases import Databases
+from tests.postgres.databases import Databases, require_cluster
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def empty_engine(
-    request: pytest.FixtureRequest, tmp_path: Path, databases: Databases | None
-) -> Iterator[Engine]:
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Databases]:
+    """PostgreSQL, whichever database the rest of the suite runs on (see tests/postgres)."""
+    made = Databases(require_cluster())
+    yield made
+    made.close()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def empty_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
     """An engine on a database with no tables at all."""
-    url = None
     if request.param == "sqlite":
         engine = make_engine(f"sqlite:///{tmp_path / 'db' / 'x.db'}")
-    elif databases is None:
-        pytest.skip("the suite runs on SQLite (set STARFORGE_TEST_DATABASE_URL for PostgreSQL)")
-    else:
-        url = databases.empty()
-        engine = make_engine(url)
+        yield engine
+        engine.dispose()
+        return
+    cluster: Databases = request.getfixturevalue("cluster")
+    url = cluster.empty()
+    engine = make_engine(url)
     yield engine
     engine.dispose()
-    if url is not None and databases is not None:
-        databases.drop(url)
+    cluster.drop(url)
 
 
 def test_every_migration_in_turn_builds_the_schema_of_the_models(empty_engine: Engine) -> None:

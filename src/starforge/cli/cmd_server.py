@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Annotated
+from urllib.parse import urlsplit, urlunsplit
 
 import typer
 
@@ -57,6 +58,15 @@ DatabaseOpt = Annotated[
 ]
 
 
+def _hidden(database_url: str) -> str:
+    """The URL as the server shows it (``user:***@host``), without importing SQLAlchemy here."""
+    parts = urlsplit(database_url)
+    if parts.password is None:
+        return database_url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 @contextmanager
 def _server_env(key: str, value: str | None) -> Iterator[None]:
     """``key=value`` in the environment the server process inherits, for this start only."""
@@ -86,6 +96,11 @@ def start(database_url: DatabaseOpt = None, json_out: JsonOpt = False) -> None:
         url, _ = connect.start_embedded()
     state = _describe(url)
     out.data(state)
+    if database_url and state["database"] != _hidden(database_url):
+        out.warn(
+            f"a server was already running on {state['database']}: --database-url is ignored "
+            "(`sf server stop` first to switch databases)"
+        )
     out.success(f"server running at {url} (pid {state['pid']}, {time.monotonic() - began:.1f}s)")
 
 
