@@ -97,6 +97,10 @@ async def lead(election: Election, start_loops: Loops, on_change: Callable[[bool
             tasks = start_loops()
             try:
                 while await asyncio.to_thread(election.still_held):
+                    if any(task.done() for task in tasks):  # a loop must never end while leading
+                        log.error("a loop ended while this process leads: restarting the loops")
+                        await stop_tasks(tasks)
+                        tasks = start_loops()
                     await asyncio.sleep(RETRY_S)
             finally:
                 await stop_tasks(tasks)
@@ -106,8 +110,13 @@ async def lead(election: Election, start_loops: Loops, on_change: Callable[[bool
 
 
 async def stop_tasks(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel ``tasks`` and wait for them; a task that had failed is logged, not raised."""
     for task in tasks:
         task.cancel()
     for task in tasks:
-        with contextlib.suppress(asyncio.CancelledError):
+        try:
             await task
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("loop task %s had failed", task.get_name())
