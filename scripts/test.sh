@@ -21,6 +21,19 @@ if ! bash scripts/slurm.sh status >/dev/null 2>&1; then
 fi
 export STARFORGE_REQUIRE_SLURM=1
 # --- end Slurm
+# --- PostgreSQL: a throwaway cluster (scripts/postgres.sh) for tests/postgres, and for a second
+# pass of the server and integration tests on PostgreSQL after the whole suite on SQLite. Started
+# here and stopped on exit unless it was already running. Under CI a PostgreSQL test fails, never
+# skips, when the cluster cannot be reached.
+pg_started_here=0
+stop_postgres() { if [[ $pg_started_here -eq 1 ]]; then bash scripts/postgres.sh stop; fi; }
+pg_previous_trap=$(trap -p EXIT | sed -E "s/^trap -- '(.*)' EXIT$/\1/")
+trap "stop_postgres; ${pg_previous_trap}" EXIT
+if ! bash scripts/postgres.sh url >/dev/null 2>&1; then
+    pg_started_here=1
+    bash scripts/postgres.sh start >/dev/null
+fi
+# --- end PostgreSQL
 set +e
 .venv/bin/python -m pytest "$@"
 code=$?
@@ -29,4 +42,15 @@ if [[ $code -eq 5 ]]; then
     echo "pytest collected no tests: that is a failure here" >&2
     exit 1
 fi
+# --- PostgreSQL: the whole run (no arguments) also runs the server and integration tests on it.
+if [[ $# -eq 0 ]]; then
+    echo "==> tests/server and tests/integration again, on PostgreSQL"
+    set +e
+    STARFORGE_TEST_DATABASE_URL=$(bash scripts/postgres.sh url) \
+        .venv/bin/python -m pytest tests/server tests/integration -m "not training"
+    pg_code=$?
+    set -e
+    if [[ $code -eq 0 ]]; then code=$pg_code; fi
+fi
+# --- end PostgreSQL
 exit $code

@@ -1,4 +1,8 @@
-"""A real embedded server per test module, started by ``sf`` itself in an isolated home."""
+"""A real embedded server per test module, started by ``sf`` itself in an isolated home.
+
+With ``STARFORGE_TEST_DATABASE_URL`` set, every module's servers use a fresh PostgreSQL database
+(``STARFORGE_DATABASE_URL`` in the environment the servers inherit) instead of SQLite.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +18,36 @@ import pytest
 from starforge.cli.main import main
 from starforge.project import experiments, lab
 from tests.conftest import Result, commit_all
+from tests.postgres.databases import URL, Databases, on_postgres
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="session")
+def databases() -> Iterator[Databases | None]:
+    if not on_postgres():
+        yield None
+        return
+    made = Databases(URL)
+    yield made
+    made.close()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _module_database(databases: Databases | None) -> Iterator[None]:
+    """This module's servers run on a fresh PostgreSQL database when the suite runs on one."""
+    if databases is None:
+        yield
+        return
+    url = databases.fresh()
+    saved = os.environ.get("STARFORGE_DATABASE_URL")
+    os.environ["STARFORGE_DATABASE_URL"] = url
+    yield
+    if saved is None:
+        os.environ.pop("STARFORGE_DATABASE_URL", None)
+    else:
+        os.environ["STARFORGE_DATABASE_URL"] = saved
+    databases.drop(url)
 
 
 @pytest.fixture(scope="module")

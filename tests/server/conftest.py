@@ -1,5 +1,7 @@
-"""Fixtures of the control plane's tests: a real SQLite database under ``tmp_path``, a runtime
-with a fake executor, and two users (alice, bob) with known tokens. Nothing here opens a socket.
+"""Fixtures of the control plane's tests: a real SQLite database under ``tmp_path`` (or a fresh
+PostgreSQL database when ``STARFORGE_TEST_DATABASE_URL`` is set), a runtime with a fake executor,
+and two users (alice, bob) with known tokens. Nothing here opens a socket but the database's.
+Tests marked ``sqlite`` check SQLite's own behaviour and are skipped on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import pytest
 from starforge.server.runtime import Runtime, build_runtime
 from starforge.server.services import users
 from starforge.server.settings import Settings, load_settings
+from tests.postgres.databases import URL, Databases, on_postgres
 
 from .factories import INVENTORY, PROFILES, TOKENS, FakeExecutor
 
@@ -26,14 +29,42 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(key)
 
 
+@pytest.fixture(autouse=True)
+def _sqlite_only(request: pytest.FixtureRequest) -> None:
+    if on_postgres() and request.node.get_closest_marker("sqlite") is not None:
+        pytest.skip("checks SQLite's own behaviour; this run is on PostgreSQL")
+
+
+@pytest.fixture(scope="session")
+def databases() -> Iterator[Databases | None]:
+    if not on_postgres():
+        yield None
+        return
+    made = Databases(URL)
+    yield made
+    made.close()
+
+
 @pytest.fixture
-def settings(tmp_path: Path) -> Settings:
+def database_url(databases: Databases | None) -> Iterator[str | None]:
+    """An empty PostgreSQL database at head for this test, or None (SQLite under the home)."""
+    if databases is None:
+        yield None
+        return
+    url = databases.shared()
+    yield url
+    databases.clean(url)
+
+
+@pytest.fixture
+def settings(tmp_path: Path, database_url: str | None) -> Settings:
     return load_settings(
         tmp_path / "home",
         inventory=INVENTORY,
         profiles=PROFILES,
         url="http://127.0.0.1:9999",
         stop_grace_s=0.5,
+        database_url=database_url,
     )
 
 

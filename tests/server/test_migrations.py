@@ -1,37 +1,73 @@
-"""The schema comes from Alembic and matches the ORM models; upgrades keep the data."""
+"""The schema comes from Alembic and matches the ORM models; upgrades keep the data.
+
+Each test runs on a SQLite file and, when the suite runs on PostgreSQL, on an empty PostgreSQL
+database as well: the same migrations must build the same schema on both.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from starforge.contract.states import NodeState
-from starforge.server.db.engine import alembic_config, make_engine, make_sessions, migrate
+from starforge.server.db.engine import (
+    SchemaNewerThanCode,
+    alembic_config,
+    make_engine,
+    make_sessions,
+    migrate,
+)
 from starforge.server.db.metrics import RunMeta
 from starforge.server.db.models import Event, Run
 from starforge.server.db.resources import QuotaRow
 from starforge.server.db.tables import Base
+from tests.postgres.databases import Databases, require_cluster
 
 
-def test_every_migration_in_turn_builds_the_schema_of_the_models(tmp_path: Path) -> None:
-    engine = make_engine(f"sqlite:///{tmp_path / 'db' / 'x.db'}")
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Databases]:
+    """PostgreSQL, whichever database the rest of the suite runs on (see tests/postgres)."""
+    made = Databases(require_cluster())
+    yield made
+    made.close()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def empty_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
+    """An engine on a database with no tables at all."""
+    if request.param == "sqlite":
+        engine = make_engine(f"sqlite:///{tmp_path / 'db' / 'x.db'}")
+        yield engine
+        engine.dispose()
+        return
+    cluster: Databases = request.getfixturevalue("cluster")
+    url = cluster.empty()
+    engine = make_engine(url)
+    yield engine
+    engine.dispose()
+    cluster.drop(url)
+
+
+def test_every_migration_in_turn_builds_the_schema_of_the_models(empty_engine: Engine) -> None:
+    engine = empty_engine
     command.upgrade(alembic_config(engine), "head")  # the path an existing database takes
     with engine.connect() as conn:
         context = MigrationContext.configure(conn, opts={"compare_type": True})
         assert compare_metadata(context, Base.metadata) == []
-    engine.dispose()
 
 
 def test_an_empty_database_is_created_at_the_head_revision_and_later_upgrades_from_there(
-    tmp_path: Path,
+    empty_engine: Engine,
 ) -> None:
-    engine = make_engine(f"sqlite:///{tmp_path / 'x.db'}")
+    engine = empty_engine
     migrate(engine)  # empty: created from the models and stamped
     with engine.connect() as conn:
         context = MigrationContext.configure(conn, opts={"compare_type": True})
@@ -40,20 +76,41 @@ def test_an_empty_database_is_created_at_the_head_revision_and_later_upgrades_fr
             context.get_current_revision()
             == ScriptDirectory.from_config(alembic_config(engine)).get_current_head()
         )
-    engine.dispose()
 
 
-def test_migrating_twice_changes_nothing(tmp_path: Path) -> None:
-    engine = make_engine(f"sqlite:///{tmp_path / 'x.db'}")
+def test_migrating_twice_changes_nothing(empty_engine: Engine) -> None:
+    engine = empty_engine
     migrate(engine)
     migrate(engine)
     with engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").all() == [
             (ScriptDirectory.from_config(alembic_config(engine)).get_current_head(),)
         ]
+
+
+@pytest.mark.sqlite
+def test_a_sqlite_database_runs_in_wal_mode_with_a_busy_timeout(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'x.db'}")
+    migrate(engine)
+    with engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30000
     engine.dispose()
+
+
+def test_a_database_migrated_by_a_newer_starforge_is_refused_and_left_as_it_is(
+    empty_engine: Engine,
+) -> None:
+    engine = empty_engine
+    migrate(engine)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '0099_from_the_future'"))
+    with pytest.raises(SchemaNewerThanCode, match="0099_from_the_future") as caught:
+        migrate(engine)
+    assert "newer version" in str(caught.value)
+    with engine.connect() as conn:
+        version = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    assert version == "0099_from_the_future"
 
 
 SPEC = {"project": "proj", "experiment": "exp", "profiles": ["h200:8"], "nested": {"a": [1, 2]}}
@@ -65,43 +122,60 @@ NODES = {"0": {"node": "h200-1", "pool": "h200", "ref": "local:7", "state": "run
 
 def _rows_at_0005(engine: Engine) -> None:
     """Rows as a 0005 server wrote them: JSON as text, NULL for 'every profile'."""
-    text = json.dumps
+    t = json.dumps
+    at = "'2025-01-01 00:00:00'"
     with engine.begin() as conn:
-        conn.exec_driver_sql(
-            "INSERT INTO users (name, token_sha256, created_at, role) "
-            "VALUES ('alice', 'x', '2025-01-01 00:00:00', 'user')"
+        conn.execute(
+            text(
+                "INSERT INTO users (name, token_sha256, created_at, role) "
+                f"VALUES ('alice', 'x', {at}, 'user')"
+            )
         )
-        conn.exec_driver_sql(
-            "INSERT INTO runs (id, user, project, experiment, method, status, reason, priority, "
-            "spec_json, manifest_json, pools_json, gpus, idempotency_key, current_attempt, "
-            "created_at, updated_at, auto_retries) VALUES ('r-1', 'alice', 'proj', 'exp', "
-            "'custom/custom', 'running', '', 0, ?, ?, ?, 8, 'k', 1, '2025-01-01 00:00:00', "
-            "'2025-01-01 00:00:00', 0)",
-            (text(SPEC), text(MANIFEST), text(POOLS)),
+        conn.execute(
+            text(
+                'INSERT INTO runs (id, "user", project, experiment, method, status, reason, '
+                "priority, spec_json, manifest_json, pools_json, gpus, idempotency_key, "
+                "current_attempt, created_at, updated_at, auto_retries) VALUES ('r-1', 'alice', "
+                "'proj', 'exp', 'custom/custom', 'running', '', 0, :spec, :manifest, :pools, 8, "
+                f"'k', 1, {at}, {at}, 0)"
+            ),
+            {"spec": t(SPEC), "manifest": t(MANIFEST), "pools": t(POOLS)},
         )
-        conn.exec_driver_sql(
-            "INSERT INTO attempts (run_id, number, allocation_json, nodes_json, log_path) "
-            "VALUES ('r-1', 1, ?, ?, 'logs/attempt-1.log')",
-            (text(ALLOCATION), text(NODES)),
+        conn.execute(
+            text(
+                "INSERT INTO attempts (run_id, number, allocation_json, nodes_json, log_path) "
+                "VALUES ('r-1', 1, :allocation, :nodes, 'logs/attempt-1.log')"
+            ),
+            {"allocation": t(ALLOCATION), "nodes": t(NODES)},
         )
-        conn.exec_driver_sql(
-            "INSERT INTO events (run_id, at, src, dst, reason, actor) "
-            "VALUES ('r-1', '2025-01-01 00:00:00', NULL, 'queued', 'submitted', 'alice')"
+        conn.execute(
+            text(
+                "INSERT INTO events (run_id, at, src, dst, reason, actor) "
+                f"VALUES ('r-1', {at}, NULL, 'queued', 'submitted', 'alice')"
+            )
         )
-        conn.exec_driver_sql(
-            "INSERT INTO quotas (user, max_gpus, max_gpus_per_series_json, max_runs, "
-            "allowed_profiles_json, priority, updated_at, updated_by) VALUES "
-            "('alice', 16, '{\"h200\": 8}', NULL, NULL, 1, '2025-01-01 00:00:00', 'root'), "
-            "('bob', NULL, '{}', 2, '[\"h100\"]', 0, '2025-01-01 00:00:00', 'root')"
+        conn.execute(
+            text(
+                'INSERT INTO quotas ("user", max_gpus, max_gpus_per_series_json, max_runs, '
+                "allowed_profiles_json, priority, updated_at, updated_by) VALUES "
+                f"('alice', 16, :a_series, NULL, NULL, 1, {at}, 'root'), "
+                f"('bob', NULL, '{{}}', 2, :b_profiles, 0, {at}, 'root')"
+            ),
+            {"a_series": t({"h200": 8}), "b_profiles": t(["h100"])},
         )
-        conn.exec_driver_sql(
-            "INSERT INTO run_meta (run_id, hparams_json, meta_json, last_step, updated_at) "
-            "VALUES ('r-1', '{\"lr\": 0.1}', '{\"sdk\": \"x\"}', 4, '2025-01-01 00:00:00')"
+        conn.execute(
+            text(
+                "INSERT INTO run_meta (run_id, hparams_json, meta_json, last_step, updated_at) "
+                f"VALUES ('r-1', :hparams, :meta, 4, {at})"
+            ),
+            {"hparams": t({"lr": 0.1}), "meta": t({"sdk": "x"})},
         )
 
 
-def test_an_upgrade_from_0005_turns_json_text_into_the_same_json_values(tmp_path: Path) -> None:
-    engine = make_engine(f"sqlite:///{tmp_path / 'old.db'}")
+def test_an_upgrade_from_0005_turns_json_text_into_the_same_json_values(
+    empty_engine: Engine,
+) -> None:
+    engine = empty_engine
     command.upgrade(alembic_config(engine), "0005_merge")
     _rows_at_0005(engine)
     migrate(engine)
@@ -124,5 +198,5 @@ def test_an_upgrade_from_0005_turns_json_text_into_the_same_json_values(tmp_path
     with engine.connect() as conn:  # a NULL stays SQL NULL, not the JSON text 'null'
         nulls = "SELECT count(*) FROM quotas WHERE allowed_profiles IS NULL"
         assert conn.exec_driver_sql(nulls).scalar() == 1
-        assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
-    engine.dispose()
+        if engine.dialect.name == "sqlite":  # turned off while migrating, on again after
+            assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlsplit, urlunsplit
 
 import typer
 
@@ -57,11 +61,50 @@ def _describe(url: str) -> dict[str, object]:
         "started_at": info.started_at.isoformat(),
         "uptime": _uptime(info.started_at),
         "home": str(config.home()),
+        "database": info.database,
+        "leader": info.leader,
     }
+
+
+DatabaseOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--database-url",
+        envvar="STARFORGE_DATABASE_URL",
+        help="SQLAlchemy URL of the database, e.g. postgresql+psycopg://user@host/starforge "
+        "(default: SQLite under the home).",
+        show_envvar=True,
+    ),
+]
+
+
+def _hidden(database_url: str) -> str:
+    """The URL as the server shows it (``user:***@host``), without importing SQLAlchemy here."""
+    parts = urlsplit(database_url)
+    if parts.password is None:
+        return database_url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+@contextmanager
+def _server_env(key: str, value: str | None) -> Iterator[None]:
+    """``key=value`` in the environment the server process inherits, for this start only."""
+    saved = os.environ.get(key)
+    if value:
+        os.environ[key] = value
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = saved
 
 
 @app.command()
 def start(
+    database_url: DatabaseOpt = None,
     json_out: JsonOpt = False,
     host: Annotated[str | None, typer.Option("--host", help="Address to listen on.")] = None,
     port: Annotated[int | None, typer.Option("--port", help="Port (0: a free one).")] = None,
@@ -75,15 +118,22 @@ def start(
 
     Off 127.0.0.1 it needs --tls-cert/--tls-key or --behind-proxy (tokens never go in the
     clear). Examples: sf server start ·
-    sf server start --host 0.0.0.0 --port 8443 --tls-cert cert.pem --tls-key key.pem
+    sf server start --host 0.0.0.0 --port 8443 --tls-cert cert.pem --tls-key key.pem ·
+    sf server start --database-url postgresql+psycopg://sf@db.lab/starforge
     """
     from starforge.cli import connect
 
     out.set_json(json_out)
     began = time.monotonic()
-    url, _ = connect.start_embedded(_server_args(host, port, tls_cert, tls_key, behind_proxy))
+    with _server_env("STARFORGE_DATABASE_URL", database_url):
+        url, _ = connect.start_embedded(_server_args(host, port, tls_cert, tls_key, behind_proxy))
     state = _describe(url)
     out.data(state)
+    if database_url and state["database"] != _hidden(database_url):
+        out.warn(
+            f"a server was already running on {state['database']}: --database-url is ignored "
+            "(`sf server stop` first to switch databases)"
+        )
     out.success(f"server running at {url} (pid {state['pid']}, {time.monotonic() - began:.1f}s)")
 
 
@@ -119,5 +169,7 @@ def status(json_out: JsonOpt = False) -> None:
         raise typer.Exit(1)
     state = _describe(found[0])
     out.data(state)
-    for key in ("url", "pid", "version", "executor", "uptime", "home", "job_user", "isolation"):
+    keys = ("url", "pid", "version", "executor", "database", "uptime", "home", "job_user")
+    for key in (*keys, "isolation"):
         out.line(f"{key:>9}: {state[key]}")
+    out.line(f"{'loops':>9}: {'leader' if state['leader'] else 'follower (another process leads)'}")

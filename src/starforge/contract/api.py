@@ -43,6 +43,8 @@ class ServerInfo(Contract):
     url: str = ""
     job_user: str = ""  # the user jobs run as; "" for the server's own
     isolation: str = ""  # a warning when jobs are not isolated from the platform
+    database: str = ""  # the database URL, its password hidden
+    leader: bool = True  # whether this process runs the scheduler and reconciler
 
 
 class WhoAmI(Contract):

@@ -4,7 +4,10 @@ The server binds its socket itself (port 0 picks a free one), so it knows its UR
 once uvicorn has started, it writes ``<home>/server/server.json`` = {url, pid, version,
 started_at} atomically, and removes it on a clean shutdown (SIGTERM or SIGINT). A second server
 for the same home refuses to start while the first one's pid is alive. Logs go to
-``<home>/server/server.log``.
+``<home>/server/server.log``. The database (``--database-url``, else the settings') is migrated
+before the socket is bound; one migrated by a newer StarForge is refused (exit status 1).
+Several servers (each with its own home) may share one PostgreSQL database and storage root:
+all serve the API, one leads the loops (``loops/leader``).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from starforge.contract import listen
 from starforge.contract.atomic import write_json_atomic
 from starforge.contract.errors import UsageError
 from starforge.server.app import create_app
+from starforge.server.db.engine import SchemaNewerThanCode, make_engine, migrate
 from starforge.server.db.models import utcnow
 from starforge.server.executors.local import pid_alive
 from starforge.server.settings import Settings, load_settings
@@ -47,6 +51,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tls-key", type=Path, help="the certificate's private key (PEM)")
     parser.add_argument(
         "--behind-proxy", action="store_true", help="plain HTTP behind a TLS-terminating proxy"
+    )
+    parser.add_argument(
+        "--database-url",
+        help="SQLAlchemy database URL (default $STARFORGE_DATABASE_URL, else SQLite in the home)",
     )
     return parser.parse_args(argv)
 
@@ -126,9 +134,19 @@ async def serve(
                 info_path.unlink()
 
 
+def prepare_database(settings: Settings) -> None:
+    """Migrate the database (or refuse it) before serving anything."""
+    engine = make_engine(settings.db_url)
+    try:
+        migrate(engine)
+    finally:
+        engine.dispose()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+    given = (("host", args.host), ("port", args.port), ("database_url", args.database_url))
+    overrides = {k: v for k, v in given if v is not None}
     settings = load_settings(args.home, **overrides)
     exposure = listen.Listen(settings.host, args.tls_cert, args.tls_key, args.behind_proxy)
     try:
@@ -141,6 +159,12 @@ def main(argv: list[str] | None = None) -> int:
     running = other_server(info_path)
     if running is not None:
         print(f"a StarForge server already runs for {settings.home} at {running}", file=sys.stderr)
+        return 1
+    try:  # before binding: a database this code must not serve is refused with one clear line
+        prepare_database(settings)
+    except SchemaNewerThanCode as exc:
+        log.error("%s", exc)
+        print(f"starforge server: {exc}", file=sys.stderr)
         return 1
     sock = bind(settings.host, settings.port)
     url = settings.url or url_of(sock, exposure.scheme)

@@ -3,15 +3,15 @@
 :func:`create_app` wires the routers under ``/api/v1``, the error handlers and a lifespan that
 builds the runtime (migrating the database), removes temporary uploads left by killed uploads,
 registers the local user when embedded, and runs the scheduler and reconciler loops as asyncio
-tasks for as long as the app serves. Stopping the app
-cancels the loops only: runners are separate process groups and keep running. Every request body
-is bounded by :class:`starforge.server.api.bodies.BodyLimit` before a route reads it.
+tasks for as long as the app serves, in the one process that leads (``loops/leader``: always on
+SQLite; elected among the processes on PostgreSQL). Stopping the app cancels the loops only:
+runners are separate process groups and keep running. Every request body is bounded by
+:class:`starforge.server.api.bodies.BodyLimit` before a route reads it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -38,9 +38,11 @@ from starforge.server.api import (
 from starforge.server.console import routes as console
 from starforge.server.db import tables as _tables  # noqa: F401  (registers every ORM table)
 from starforge.server.executors.base import Executor
+from starforge.server.loops import leader, takeover
 from starforge.server.loops.reconciler import reconciler_loop
 from starforge.server.loops.scheduler import scheduler_loop
 from starforge.server.runtime import Runtime, build_runtime
+from starforge.server.services import lifecycle as run_lifecycle
 from starforge.server.services import users
 from starforge.server.settings import Settings, secure_home
 
@@ -55,6 +57,31 @@ def register_local_user(rt: Runtime) -> str:
         users.ensure_user(session, name, token)
         users.make_admin(session, name)  # the embedded server's one user administers it
     return name
+
+
+async def lead_loops(rt: Runtime, wake: asyncio.Event) -> None:
+    """Run the scheduler and reconciler whenever this process leads."""
+
+    async def leading() -> None:
+        try:  # runners a dead leader launched report to this process from now on
+            await asyncio.to_thread(run_lifecycle.publish_beacon, rt)
+        except OSError:
+            log.exception("could not publish the control plane's beacon")
+        try:
+            await asyncio.to_thread(takeover.finish_interrupted_starts, rt)
+        except Exception:  # the reconciler settles whatever this could not start
+            log.exception("could not finish the starts a previous leader left")
+        wake.set()  # a new leader places whatever waited while no one led
+        await asyncio.gather(scheduler_loop(rt, wake), reconciler_loop(rt))
+
+    def start_loops() -> list[asyncio.Task[None]]:
+        return [asyncio.create_task(leading(), name="loops")]
+
+    def on_change(leading: bool) -> None:
+        rt.leader = leading
+
+    election = await asyncio.to_thread(leader.Election, rt.engine)
+    await leader.lead(election, start_loops, on_change)
 
 
 def create_app(
@@ -78,18 +105,11 @@ def create_app(
         wake.set()  # place whatever waited in the queue while the server was down
         tasks = []
         if run_loops:
-            tasks = [
-                asyncio.create_task(scheduler_loop(rt, wake), name="scheduler"),
-                asyncio.create_task(reconciler_loop(rt), name="reconciler"),
-            ]
+            tasks = [asyncio.create_task(lead_loops(rt, wake), name="leader")]
         try:
             yield
         finally:
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await leader.stop_tasks(tasks)
             rt.unbind_loop()
             rt.engine.dispose()
 

@@ -53,6 +53,8 @@ class Runtime:
     # decide-then-act steps (e.g. the reconciler seeing a node that is being started).
     loop_lock: threading.Lock = field(default_factory=threading.Lock)
     wakeups: int = 0
+    # Whether this process runs the scheduler and reconciler (``loops/leader``).
+    leader: bool = False
     # The scheduler's latest pass: what views of queued runs read (they never plan themselves).
     queue_pass: QueuePass | None = None
     _loop: asyncio.AbstractEventLoop | None = None

@@ -10,6 +10,7 @@ from starforge import __version__
 from starforge.contract.api import ProfilesResponse, ServerInfo, WhoAmI
 from starforge.server.api.authz import PUBLIC, Reader, ReadSelf, authorize
 from starforge.server.api.deps import RuntimeDep
+from starforge.server.db.engine import describe_url
 
 router = APIRouter()
 
@@ -30,6 +31,8 @@ def info(rt: RuntimeDep) -> ServerInfo:
         url=rt.url,
         job_user=job_user,
         isolation=isolation,
+        database=describe_url(rt.settings.db_url),
+        leader=rt.leader,
     )
 
 

@@ -7,14 +7,20 @@ them tries to upgrade its read lock. A connection opened with the execution opti
 ``READ_ONLY`` (see :func:`read_only`) begins a deferred transaction instead: a consistent WAL
 snapshot that takes no write lock.
 
+PostgreSQL (``postgresql+psycopg://…``) is the production database: several server processes
+share it, so its pool is larger and checked before use, and row locks (``FOR UPDATE``) are real.
+
 The schema is Alembic's: an existing database is upgraded through the migrations. An empty one
 (no tables at all) is created from the ORM metadata and stamped with the head revision, which is
 the same schema (a test upgrades through every migration and compares) in a fraction of the
-time: every test database and every first start of a server is an empty one.
+time: every test database and every first start of a server is an empty one. A database stamped
+with a revision this code does not know (written by a newer StarForge) is refused, never touched.
+On PostgreSQL the migration holds an advisory lock, so processes starting together migrate once.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,13 +28,23 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, Engine, create_engine, event, inspect
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util.exc import CommandError
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.engine.url import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 BUSY_TIMEOUT_MS = 30_000
 READ_ONLY = "starforge_read_only"  # execution option: this transaction only reads
+# pg_advisory_lock keys (one bigint namespace per database): migrating, and leading the loops.
+MIGRATE_LOCK_KEY = 0x5F5F_0001
+LEADER_LOCK_KEY = 0x5F5F_0002
+
+
+class SchemaNewerThanCode(RuntimeError):
+    """The database was migrated by a newer StarForge: this code must not serve or change it."""
 
 
 def _tune_sqlite(engine: Engine) -> None:
@@ -57,7 +73,17 @@ def make_engine(url: str) -> Engine:
         engine = create_engine(url, connect_args={"check_same_thread": False})
         _tune_sqlite(engine)
         return engine
-    return create_engine(url, pool_pre_ping=True)
+    # Request handlers run in a pool of threads, each holding a connection for its transaction.
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=30)
+
+
+def is_postgres(engine: Engine) -> bool:
+    return engine.dialect.name == "postgresql"
+
+
+def describe_url(url: str) -> str:
+    """The database URL as ``sf server status`` shows it: the password hidden."""
+    return make_url(url).render_as_string(hide_password=True)
 
 
 @contextmanager
@@ -85,8 +111,54 @@ def alembic_config(engine: Engine) -> Config:
     return cfg
 
 
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def check_not_newer(engine: Engine, cfg: Config) -> None:
+    """Refuse a database stamped with a revision these migrations do not contain."""
+    revision = current_revision(engine)
+    if revision is None:
+        return
+    try:
+        known = ScriptDirectory.from_config(cfg).get_revision(revision) is not None
+    except CommandError:
+        known = False
+    if not known:
+        raise SchemaNewerThanCode(
+            f"the database {describe_url(str(engine.url))} is at schema revision {revision!r}, "
+            "which this StarForge does not know: it was migrated by a newer version. "
+            "Run that version (or newer), or restore a backup taken before the upgrade."
+        )
+
+
+@functools.cache
+def head_revision() -> str | None:
+    """The newest revision of the migrations shipped with this code (read once per process)."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    return ScriptDirectory.from_config(cfg).get_current_head()
+
+
 def migrate(engine: Engine) -> None:
     """Bring the schema to the newest revision (a no-op when it is already there)."""
+    if current_revision(engine) == head_revision():  # the usual start: nothing to do, no lock
+        return
+    if not is_postgres(engine):
+        _migrate(engine)
+        return
+    with engine.connect() as conn:  # concurrent starts on one PostgreSQL migrate one at a time
+        conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": MIGRATE_LOCK_KEY})
+        conn.commit()
+        try:
+            _migrate(engine)
+        finally:
+            conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": MIGRATE_LOCK_KEY})
+            conn.commit()
+
+
+def _migrate(engine: Engine) -> None:
     cfg = alembic_config(engine)
     if not inspect(engine).get_table_names():
         from starforge.server.db.tables import Base  # every table registered on the metadata
@@ -94,4 +166,5 @@ def migrate(engine: Engine) -> None:
         Base.metadata.create_all(engine)
         command.stamp(cfg, "head")
         return
+    check_not_newer(engine, cfg)
     command.upgrade(cfg, "head")

@@ -13,7 +13,8 @@ An attempt after the first (resume, retry, auto-retry) starts from the run's lat
 Node records are written through ``statemachine.place_nodes`` (each ``pending``) and
 ``statemachine.node_event`` (``started`` with the reference; ``startup_failed`` for nodes a failed
 start never reached). The reconciler (``services/reconcile``) settles nodes whose runner went away.
-Both are safe to kill at any line and rerun: they act only on what the database says.
+Both are safe to kill at any line and rerun: they act only on what the database says. A queued run
+is claimed under a row lock (:func:`claim_queued`), so no run is placed twice, even by two passes.
 """
 
 from __future__ import annotations
@@ -97,9 +98,9 @@ def schedule_pass(rt: Runtime) -> list[StartOrder]:
         if decision.slots is None:
             continue
         with rt.transaction() as session:
-            run = session.get(Run, decision.run_id, with_for_update=True)
-            if run is None or run.status != JobStatus.QUEUED:
-                continue  # stopped meanwhile
+            run = claim_queued(session, decision.run_id)
+            if run is None:
+                continue  # stopped meanwhile, or another pass holds it
             free = scheduler.free_gpus(rt.inventory, held_gpus(session))
             if not scheduler.slots_are_free(decision.slots, free):
                 continue  # the next pass decides it again
@@ -108,6 +109,21 @@ def schedule_pass(rt: Runtime) -> list[StartOrder]:
             orders.append(placed)
     queue.save_reasons(rt, snap, decisions)
     return orders
+
+
+def claim_queued(session: Session, run_id: str) -> Run | None:
+    """Lock ``run_id`` for this transaction if it is still queued and no one else holds it.
+
+    On PostgreSQL the row lock (``FOR UPDATE SKIP LOCKED``) is what keeps two passes (of an old
+    and a new leader, say) from placing one run twice: the second one skips the row, and once the
+    first commits the run is no longer queued. On SQLite writers are serial and this is a read."""
+    query = (
+        select(Run)
+        .where(Run.id == run_id, Run.status == JobStatus.QUEUED.value)
+        .with_for_update(skip_locked=True)
+        .execution_options(populate_existing=True)
+    )
+    return session.execute(query).scalar_one_or_none()
 
 
 def place_run(
