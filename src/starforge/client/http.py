@@ -204,12 +204,15 @@ class Client:
         )
 
     def console_url(self, run_id: str | None = None, *, sign_in: bool = False) -> str:
-        """The web console's page of a run (or its home); ``sign_in`` adds the user's token in
-        the URL fragment, which browsers never send to the server."""
+        """The web console's page of a run (or its home); ``sign_in`` adds a fresh console token
+        (it only reads and expires within hours, never the user's own) in the URL fragment,
+        which browsers never send to the server."""
         route = f"/runs/{run_id}" if run_id else "/"
-        token = self._http.headers.get("Authorization", "").removeprefix("Bearer ")
-        query = f"?token={token}" if sign_in and token else ""
+        query = f"?token={self.console_token().token}" if sign_in else ""
         return f"{self.base_url}/#{route}{query}"
+
+    def console_token(self) -> auth.TokenCreated:
+        return self._post("/tokens/console", auth.TokenCreated)
 
     # ---- resources ----------------------------------------------------------------------------
 

@@ -44,6 +44,7 @@ class TokenView(Contract):
     expires_at: datetime | None = None
     last_used_at: datetime | None = None
     revoked_at: datetime | None = None
+    scope: str = "api"  # "console": a console link's token, which only reads
 
 
 class TokenList(Contract):

@@ -150,6 +150,8 @@ class Settings(BaseSettings):
     # runners' bindings and records). None: ``nobody`` when the server runs as root (only root
     # can switch users), else the server's own user; "" always the server's own user.
     job_user: str | None = None
+    # How long a console link (`sf job console`) signs a browser in; the token only reads.
+    console_token_ttl_s: float = Field(default=4 * 3600, gt=0, le=7 * 24 * 3600)
     # Absolute (shared) inputs are admitted only under one of these folders; empty: refused.
     shared_roots: list[Path] = Field(default_factory=list)
 

@@ -57,6 +57,12 @@ def create_token(body: TokenCreate, rt: RuntimeDep, user: ManageSelf) -> TokenCr
     return accounts.create_token(rt, user, body)
 
 
+@router.post("/tokens/console", response_model=TokenCreated, status_code=201)
+def create_console_token(rt: RuntimeDep, user: ManageSelf) -> TokenCreated:
+    """A short-lived token that only reads, for a console link (`sf job console`)."""
+    return accounts.create_console_token(rt, user)
+
+
 @router.post("/tokens/{ref}/revoke", response_model=TokenView)
 def revoke_token(ref: str, rt: RuntimeDep, user: ManageSelf) -> TokenView:
     return accounts.revoke_token(rt, user, ref)

@@ -67,6 +67,9 @@ SUBMIT = Rule("submit", Who.USER, Role.MEMBER)
 ACT_ON_RUN = Rule("act-on-run", Who.USER, Role.MEMBER, On.RUN)
 ADMINISTER = Rule("administer", Who.USER, Role.ADMIN)
 
+# What a console link's token may do: read (runs, logs, curves, the caller's own usage).
+CONSOLE_RULES = frozenset({READ, READ_SELF, READ_RUN})
+
 _WHAT = {
     Role.VIEWER: "any signed-in user",
     Role.MEMBER: "members, operators and admins",
@@ -83,6 +86,13 @@ def _user_dependency(rule: Rule) -> Callable[..., users.Caller]:
     ) -> users.Caller:
         with rt.transaction() as session:
             caller = users.authenticate(session, authorization)
+        if caller.console_only and rule not in CONSOLE_RULES:
+            raise Forbidden(
+                f"a console link's token only reads; {rule.action.replace('-', ' ')} needs one "
+                "of your API tokens",
+                hint="use the CLI (`sf job stop|pause|…`), which signs in with your own token",
+                details={"scope": users.CONSOLE_SCOPE, "action": rule.action},
+            )
         if not caller.role.at_least(need):
             raise Forbidden(
                 f"only {_WHAT[need]} may {rule.action.replace('-', ' ')}; "

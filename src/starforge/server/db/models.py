@@ -94,6 +94,8 @@ class Token(Base):
     expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    # "api": what the user's role allows; "console": a console link's, which only reads
+    scope: Mapped[str] = mapped_column(String(20), default="api", server_default="api")
     owner: Mapped[User] = relationship(back_populates="tokens")
 
 

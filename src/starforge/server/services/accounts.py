@@ -8,6 +8,7 @@ always keeps at least one enabled admin, so it can never lock itself out.
 
 from __future__ import annotations
 
+import secrets
 from datetime import timedelta
 
 from sqlalchemy import func, select
@@ -53,6 +54,7 @@ def _token_view(token: Token) -> TokenView:
         expires_at=token.expires_at,
         last_used_at=token.last_used_at,
         revoked_at=token.revoked_at,
+        scope=token.scope,
     )
 
 
@@ -131,6 +133,22 @@ def create_token(rt: Runtime, user: str, body: TokenCreate) -> TokenCreated:
                 hint="pick another --name, or revoke the old one: sf token revoke " + name,
             )
         row = users.add_token(session, owner, token, name, expires)
+        return TokenCreated(user=owner.name, token=token, info=_token_view(row))
+
+
+def create_console_token(rt: Runtime, user: str) -> TokenCreated:
+    """A token for one browser sign-in: it only reads and expires after
+    ``console_token_ttl_s``; the caller's expired console tokens are dropped meanwhile."""
+    token = users.new_token()
+    now = utcnow()
+    with rt.transaction() as session:
+        owner = _get(session, user)
+        for old in [t for t in owner.tokens if t.scope == users.CONSOLE_SCOPE]:
+            if old.expires_at is not None and old.expires_at <= now:
+                session.delete(old)
+        expires = now + timedelta(seconds=rt.settings.console_token_ttl_s)
+        name = f"console-{secrets.token_hex(4)}"
+        row = users.add_token(session, owner, token, name, expires, scope=users.CONSOLE_SCOPE)
         return TokenCreated(user=owner.name, token=token, info=_token_view(row))
 
 

@@ -39,14 +39,19 @@ LOCAL_TOKEN_NAME = "local"
 LAST_USED_EVERY = timedelta(minutes=5)
 
 
+CONSOLE_SCOPE = "console"  # a token that only reads: what `sf job console` signs a browser in with
+
+
 class Caller(str):
     """The calling user's name, carrying its role (see the module docstring)."""
 
     role: Role
+    console_only: bool  # signed in by a console link's token: it may only read
 
-    def __new__(cls, name: str, role: Role) -> Caller:
+    def __new__(cls, name: str, role: Role, *, console_only: bool = False) -> Caller:
         self = super().__new__(cls, name)
         self.role = role
+        self.console_only = console_only
         return self
 
 
@@ -103,9 +108,17 @@ def find(session: Session, name: str) -> User | None:
 
 
 def add_token(
-    session: Session, user: User, token: str, name: str, expires_at: datetime | None = None
+    session: Session,
+    user: User,
+    token: str,
+    name: str,
+    expires_at: datetime | None = None,
+    *,
+    scope: str = "api",
 ) -> Token:
-    row = Token(owner=user, name=name, sha256=token_digest(token), expires_at=expires_at)
+    row = Token(
+        owner=user, name=name, sha256=token_digest(token), expires_at=expires_at, scope=scope
+    )
     session.add(row)
     session.flush()
     return row
@@ -158,7 +171,7 @@ def authenticate(session: Session, authorization: str | None) -> Caller:
         raise _refuse("ask an admin to enable your account", f"user {row.owner.name} is disabled")
     if row.last_used_at is None or now - row.last_used_at >= LAST_USED_EVERY:
         row.last_used_at = now
-    return Caller(row.owner.name, Role(row.owner.role))
+    return Caller(row.owner.name, Role(row.owner.role), console_only=row.scope == CONSOLE_SCOPE)
 
 
 def role_of(session: Session, user: str) -> str:
