@@ -116,7 +116,9 @@ def test_a_queued_runs_view_carries_its_position_and_why_it_waits(client: TestCl
     place_and_start(client)  # the scheduler's pass explains the queue; views read it
     view = RunView.model_validate(client.get(f"/runs/{waiting}", headers=BOB).json())
     assert view.queue_position == 1 and view.pending is not None
-    assert view.pending.next_event == f"when {holder} ends"
+    # alice's run is named to bob as "another user's run": the numbers, not her run's id
+    assert view.pending.next_event == "when another user's run ends"
+    assert holder not in client.get(f"/runs/{waiting}", headers=BOB).text
     assert view.reason == view.pending.message
     listed = client.get("/runs", headers=BOB).json()["runs"]
     assert [(r["run_id"], r["queue_position"]) for r in listed] == [(waiting, 1)]

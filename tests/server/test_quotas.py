@@ -159,7 +159,7 @@ def test_for_a_single_user_the_submit_answer_and_the_view_agree(rt: Runtime) -> 
 def test_why_pending_names_the_blocking_run_and_the_event_that_lets_the_head_start(
     rt: Runtime,
 ) -> None:
-    holder = submit(rt, profiles=["h200:8"]).run_id
+    holder = submit(rt, "bob", profiles=["h200:8"]).run_id  # bob's own: named to him
     assert schedule(rt) == [holder]
     wide = submit(rt, "bob", profiles=["h200:16"]).run_id
     narrow = submit(rt, "bob", profiles=["h200:8"]).run_id
@@ -227,7 +227,7 @@ def test_a_request_for_an_unknown_user_quota_is_not_found(rt: Runtime, admin: st
 
 
 def test_reading_a_queued_run_shows_the_latest_pass_and_never_plans_again(rt: Runtime) -> None:
-    holder = submit(rt, profiles=["h200:16"]).run_id
+    holder = submit(rt, "bob", profiles=["h200:16"]).run_id
     waiting = submit(rt, "bob", profiles=["h200:8"]).run_id
     assert schedule(rt) == [holder]
     last = rt.queue_pass

@@ -10,6 +10,7 @@ race (the loser reads the winner's run).
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from pydantic import ValidationError
@@ -257,7 +258,65 @@ def get(rt: Runtime, user: str, ref: str) -> RunView:
         run = resolve(session, user, ref)
         found = view(rt, run)
         queue.explain(rt, session, [(run, found)])
+        hide_others(session, user, [found])
     return found
+
+
+RUN_ID_IN_TEXT = re.compile(r"\br-[0-9a-z]{10}\b")
+OTHERS_RUN = "another user's run"
+
+
+def hide_others(session: Session, user: str, views: list[RunView]) -> None:
+    """Replace the ids of other users' runs in why-waiting texts (a reservation kept for a run,
+    the runs holding a node's GPUs) for a caller who may not see them: their ids are not leaked,
+    the numbers stay."""
+    if users.sees_all(user):
+        return
+    texts = [t for v in views for t in _why_texts(v)]
+    named = {m for t in texts for m in RUN_ID_IN_TEXT.findall(t)}
+    if not named:
+        return
+    others = _others(session, user, named)
+    if not others:
+        return
+
+    def hide(text: str) -> str:
+        return _hide(text, others)
+
+    for v in views:
+        v.reason = hide(v.reason)
+        for e in v.events:
+            e.reason = hide(e.reason)
+        p = v.pending
+        if p is not None:
+            p.message, p.detail, p.next_event = hide(p.message), hide(p.detail), hide(p.next_event)
+            p.blocking_runs = [OTHERS_RUN if r in others else r for r in p.blocking_runs]
+
+
+def hide_others_in(rt: Runtime, user: str, text: str) -> str:
+    """``text`` with the ids of runs ``user`` may not see replaced (see :func:`hide_others`)."""
+    if users.sees_all(user) or not RUN_ID_IN_TEXT.search(text):
+        return text
+    with rt.transaction() as session:
+        others = _others(session, user, set(RUN_ID_IN_TEXT.findall(text)))
+    return _hide(text, others)
+
+
+def _others(session: Session, user: str, named: set[str]) -> set[str]:
+    query = select(Run.id).where(Run.id.in_(named), Run.user != str(user))
+    return set(session.scalars(query).all())
+
+
+def _hide(text: str, others: set[str]) -> str:
+    return RUN_ID_IN_TEXT.sub(lambda m: OTHERS_RUN if m[0] in others else m[0], text)
+
+
+def _why_texts(v: RunView) -> list[str]:
+    texts = [v.reason, *(e.reason for e in v.events)]
+    if v.pending is not None:
+        p = v.pending
+        texts += [p.message, p.detail, p.next_event, *p.blocking_runs]
+    return texts
 
 
 def list_runs(
@@ -272,6 +331,7 @@ def list_runs(
         ).all()
         views = [view(rt, r, full=False) for r in rows]
         queue.explain(rt, session, list(zip(rows, views, strict=True)))
+        hide_others(session, user, views)
     return views
 
 

@@ -278,8 +278,9 @@ class Follower:
             self.paths[attempt] = found.path
         return self.paths[attempt]
 
-    def status_event(self, target: Target) -> StreamEvent:
+    async def status_event(self, target: Target) -> StreamEvent:
         reason = queue.reason_of(self.rt, target.run_id, target.status, target.reason)
+        reason = await asyncio.to_thread(jobs.hide_others_in, self.rt, self.user, reason)
         payload = StreamStatus(status=target.status, reason=reason, attempts=target.attempts)
         return StreamEvent(SSE_STATUS, payload)
 
@@ -293,7 +294,7 @@ class Follower:
     async def events(self) -> AsyncIterator[StreamEvent]:
         loop = asyncio.get_running_loop()
         target = await self.refresh()
-        yield self.status_event(target)
+        yield await self.status_event(target)
         checked = loop.time()
         while True:
             if target.attempts == 0:
@@ -321,7 +322,7 @@ class Follower:
                 target = await self.refresh()
                 checked = loop.time()
                 if target.status != before:
-                    yield self.status_event(target)
+                    yield await self.status_event(target)
 
     async def _next_chunk(self, over: bool) -> StreamEvent | None:
         path = await self.path(self.attempt)
