@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from starforge.cli.output import ago, out, status_text
+from starforge.cli.output import JsonOpt, ago, out, status_text
 
 # Command modules import the client lazily, inside each command: `sf --help` stays fast.
 if TYPE_CHECKING:
@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from starforge.contract.api import RunView
 
 app = typer.Typer(help="Follow and control runs.", no_args_is_help=True)
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print a JSON document for scripts.")]
 
 
 def run_ref(value: str | None) -> str | None:
