@@ -21,7 +21,13 @@ from starforge.server.app import create_app
 from starforge.server.runtime import Runtime
 from starforge.server.services import users
 from starforge.server.settings import Settings
-from tests.server.conftest import _clean_env, executor, settings  # noqa: F401  (fixtures)
+from tests.server.conftest import (  # noqa: F401  (fixtures)
+    _clean_env,
+    database_url,
+    databases,
+    executor,
+    settings,
+)
 from tests.server.factories import TOKENS, FakeExecutor, binding, running_run
 
 BASE = "http://testserver"

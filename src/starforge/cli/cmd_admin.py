@@ -15,7 +15,7 @@ import typer
 from rich.markup import escape
 
 from starforge.cli.cmd_status import quota_rows
-from starforge.cli.output import out
+from starforge.cli.output import JsonOpt, out
 
 if TYPE_CHECKING:
     from starforge.contract.api import UserQuota
@@ -31,7 +31,6 @@ user_app = typer.Typer(
 )
 app.add_typer(user_app, name="user")
 app.add_typer(quota_app, name="quota")
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print a JSON document for scripts.")]
 NONE = "none"
 _SERIES_LIMIT = re.compile(r"^(?P<series>[A-Za-z0-9][A-Za-z0-9._-]*)=(?P<n>\d+|none)$")
 

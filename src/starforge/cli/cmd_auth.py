@@ -14,12 +14,11 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
-from starforge.cli.output import ago, out
+from starforge.cli.output import JsonOpt, ago, out
 
 if TYPE_CHECKING:
     from starforge.contract.auth import TokenView
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print a JSON document for scripts.")]
 token_app = typer.Typer(
     help="Your API tokens: create one for a script or another machine, list, revoke.",
     no_args_is_help=True,

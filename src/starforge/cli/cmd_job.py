@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from starforge.cli.output import ago, out, status_text
+from starforge.cli.output import JsonOpt, ago, out, status_text
 
 # Command modules import the client lazily, inside each command: `sf --help` stays fast.
 if TYPE_CHECKING:
@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from starforge.contract.api import RunView
 
 app = typer.Typer(help="Follow and control runs.", no_args_is_help=True)
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print a JSON document for scripts.")]
 
 
 def run_ref(value: str | None) -> str | None:
@@ -241,39 +240,38 @@ def _act(run: str, action: str, json_out: bool) -> None:
         out.line(f"[yellow]not {done}:[/yellow] {result.message}")
 
 
-@app.command()
-def pause(
-    run: RequiredRunArg,
-    json_out: JsonOpt = False,
-) -> None:
-    """Pause a run: its training saves a checkpoint and exits, its GPUs are released.
+def _action_command(action: str, help_text: str) -> None:
+    """Register ``sf job ACTION RUN``: the same command for each action but its help."""
+
+    def command(run: RequiredRunArg, json_out: JsonOpt = False) -> None:
+        _act(run, action, json_out)
+
+    app.command(name=action, help=help_text)(command)
+
+
+for _action, _help in (
+    (
+        "pause",
+        """Pause a run: its training saves a checkpoint and exits, its GPUs are released.
 
     A queued run is held instead. `sf job resume` continues it from the checkpoint.
 
     Example: sf job pause r-7f3a
-    """
-    _act(run, "pause", json_out)
-
-
-@app.command()
-def resume(
-    run: RequiredRunArg,
-    json_out: JsonOpt = False,
-) -> None:
-    """Resume a paused run: same run id, a new attempt, from its latest checkpoint.
+    """,
+    ),
+    (
+        "resume",
+        """Resume a paused run: same run id, a new attempt, from its latest checkpoint.
 
     Example: sf job resume r-7f3a
-    """
-    _act(run, "resume", json_out)
-
-
-@app.command()
-def retry(
-    run: RequiredRunArg,
-    json_out: JsonOpt = False,
-) -> None:
-    """Requeue a failed or stopped run: same run id, a new attempt, from its latest checkpoint.
+    """,
+    ),
+    (
+        "retry",
+        """Requeue a failed or stopped run: same run id, a new attempt, from its latest checkpoint.
 
     Example: sf job retry r-7f3a
-    """
-    _act(run, "retry", json_out)
+    """,
+    ),
+):
+    _action_command(_action, _help)

@@ -7,9 +7,7 @@ from typing import Annotated
 
 import typer
 
-from starforge.cli.output import out
-
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print a JSON document for scripts.")]
+from starforge.cli.output import JsonOpt, out
 
 
 def init(

@@ -7,9 +7,8 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from starforge.cli.output import out
+from starforge.cli.output import JsonOpt, out
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print a JSON document for scripts.")]
 LOCK_STYLE = {
     "current": "",
     "drifted": "[yellow]drifted[/yellow]",

@@ -13,10 +13,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import typer
 
-from starforge.cli.output import out
+from starforge.cli.output import JsonOpt, out
 
 app = typer.Typer(help="Run the embedded control plane on this machine.", no_args_is_help=True)
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print a JSON document for scripts.")]
 
 
 def _server_args(

@@ -3,17 +3,14 @@ your active and queued runs (with their place in the queue and why they wait).""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
-import typer
 from rich.markup import escape
 
-from starforge.cli.output import out, status_text
+from starforge.cli.output import JsonOpt, out, status_text
 
 if TYPE_CHECKING:
     from starforge.contract.api import ClusterStatus, MyUsage, Quota, Usage
-
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print a JSON document for scripts.")]
 
 
 def _limit(used: int, cap: int | None) -> str:

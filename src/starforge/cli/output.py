@@ -11,14 +11,18 @@ import json
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
+import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from starforge.contract.errors import StarForgeError
+
+# The ``--json`` flag of every command that prints: it puts :data:`out` in JSON mode.
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print a JSON document for scripts.")]
 
 STATUS_STYLE = {
     "queued": "yellow",

@@ -178,20 +178,20 @@ class Run:
         return values
 
     def log_hparams(self, params: Mapping[Any, Any]) -> None:
-        if not self.active:
-            return
-        try:
-            self._put(("hparams", flatten_params(params)))
-        except Exception as exc:
-            self._note(f"log_hparams() ignored a call it could not read: {exc!r}")
+        ignored = "log_hparams() ignored a call it could not read"
+        self._put_record("hparams", lambda: flatten_params(params), ignored)
 
     def log_meta(self, meta: Mapping[str, Any]) -> None:
+        self._put_record("meta", lambda: dict(meta), "metadata ignored")
+
+    def _put_record(self, kind: str, read: Callable[[], Any], ignored: str) -> None:
+        """Queue ``(kind, read())``; a value it cannot read is noted, never raised."""
         if not self.active:
             return
         try:
-            self._put(("meta", dict(meta)))
-        except Exception as exc:
-            self._note(f"metadata ignored: {exc!r}")
+            self._put((kind, read()))
+        except Exception as exc:  # whatever the caller passed, training goes on
+            self._note(f"{ignored}: {exc!r}")
 
     def started(self) -> None:
         self.log_meta(

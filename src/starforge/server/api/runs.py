@@ -3,7 +3,8 @@ each answered accepted or rejected-with-reason), and reading their logs."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated
 
 from fastapi import APIRouter, Query, Response
 
@@ -19,6 +20,9 @@ from starforge.contract.states import JobStatus
 from starforge.server.api.authz import ActOnRun, Reader, ReadRun, Submitter
 from starforge.server.api.deps import RuntimeDep
 from starforge.server.services import actions, jobs, logs
+
+if TYPE_CHECKING:
+    from starforge.server.runtime import Runtime
 
 router = APIRouter()
 
@@ -47,24 +51,28 @@ def get_run(ref: str, rt: RuntimeDep, user: ReadRun) -> RunView:
     return jobs.get(rt, user, ref)
 
 
-@router.post("/runs/{ref}/stop", response_model=ActionResult)
-def stop_run(ref: str, rt: RuntimeDep, user: ActOnRun) -> ActionResult:
-    return actions.stop(rt, user, ref)
+def _action_route(name: str, act: Callable[[Runtime, str, str], ActionResult]) -> None:
+    """``POST /runs/{ref}/NAME``: one user action on a run, answered accepted or with why not."""
+
+    def route(ref: str, rt: RuntimeDep, user: ActOnRun) -> ActionResult:
+        return act(rt, user, ref)
+
+    router.add_api_route(
+        f"/runs/{{ref}}/{name}",
+        route,
+        methods=["POST"],
+        response_model=ActionResult,
+        name=f"{name}_run",
+    )
 
 
-@router.post("/runs/{ref}/pause", response_model=ActionResult)
-def pause_run(ref: str, rt: RuntimeDep, user: ActOnRun) -> ActionResult:
-    return actions.pause(rt, user, ref)
-
-
-@router.post("/runs/{ref}/resume", response_model=ActionResult)
-def resume_run(ref: str, rt: RuntimeDep, user: ActOnRun) -> ActionResult:
-    return actions.resume(rt, user, ref)
-
-
-@router.post("/runs/{ref}/retry", response_model=ActionResult)
-def retry_run(ref: str, rt: RuntimeDep, user: ActOnRun) -> ActionResult:
-    return actions.retry(rt, user, ref)
+for _name, _act in (
+    ("stop", actions.stop),
+    ("pause", actions.pause),
+    ("resume", actions.resume),
+    ("retry", actions.retry),
+):
+    _action_route(_name, _act)
 
 
 @router.get("/runs/{ref}/logs", response_model=LogChunk)

@@ -47,15 +47,7 @@ def _user_view(user: User) -> UserView:
 
 
 def _token_view(token: Token) -> TokenView:
-    return TokenView(
-        id=token.id,
-        name=token.name,
-        created_at=token.created_at,
-        expires_at=token.expires_at,
-        last_used_at=token.last_used_at,
-        revoked_at=token.revoked_at,
-        scope=token.scope,
-    )
+    return TokenView.model_validate(token, from_attributes=True)  # the row's own fields
 
 
 def _get(session: Session, name: str) -> User:

@@ -187,17 +187,7 @@ def resolve(session: Session, user: str, ref: str) -> Run:
 
 
 def _attempt_view(a: Attempt) -> AttemptView:
-    return AttemptView(
-        number=a.number,
-        executor_ref=a.executor_ref,
-        started_at=a.started_at,
-        ended_at=a.ended_at,
-        exit_code=a.exit_code,
-        end_reason=EndReason(a.end_reason) if a.end_reason else None,
-        log_path=a.log_path,
-        resumed_from=a.resumed_from,
-        heartbeat_at=a.heartbeat_at,
-    )
+    return AttemptView.model_validate(a, from_attributes=True)  # the row's own fields
 
 
 def stored_spec(run: Run) -> tuple[dict[str, Any], JobSpec | None]:

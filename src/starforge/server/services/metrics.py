@@ -254,13 +254,7 @@ def meta(rt: Runtime, user: str, ref: str) -> RunMetaView:
         row = session.get(RunMeta, run.id)
         if row is None:
             return RunMetaView(run_id=run.id)
-        return RunMetaView(
-            run_id=run.id,
-            hparams=row.hparams,
-            meta=row.meta,
-            last_step=row.last_step,
-            updated_at=row.updated_at,
-        )
+        return RunMetaView.model_validate(row, from_attributes=True)  # the row's own fields
 
 
 def progress(rt: Runtime, user: str, run_ids: list[str]) -> ProgressList:

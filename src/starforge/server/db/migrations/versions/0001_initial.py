@@ -1,19 +1,14 @@
-"""The first schema: users, runs, attempts, events.
-
-Revision ID: 0001
-Revises:
-Create Date: 2025-01-01
-"""
+"""The first schema: users, runs, attempts, events."""
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
 
+from starforge.server.db.migration_ops import run_id_column
+
 revision = "0001"
 down_revision = None
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
@@ -55,9 +50,7 @@ def upgrade() -> None:
     op.create_table(
         "attempts",
         sa.Column("id", sa.Integer(), primary_key=True, autoincrement=True),
-        sa.Column(
-            "run_id", sa.String(32), sa.ForeignKey("runs.id", ondelete="CASCADE"), nullable=False
-        ),
+        run_id_column(),
         sa.Column("number", sa.Integer(), nullable=False),
         sa.Column("executor_ref", sa.Text(), nullable=True),
         sa.Column("allocation_json", sa.Text(), nullable=False),
@@ -73,9 +66,7 @@ def upgrade() -> None:
     op.create_table(
         "events",
         sa.Column("id", sa.Integer(), primary_key=True, autoincrement=True),
-        sa.Column(
-            "run_id", sa.String(32), sa.ForeignKey("runs.id", ondelete="CASCADE"), nullable=False
-        ),
+        run_id_column(),
         sa.Column("at", sa.DateTime(), nullable=False),
         sa.Column("src", sa.String(20), nullable=True),
         sa.Column("dst", sa.String(20), nullable=False),

@@ -1,24 +1,18 @@
-"""Resources: a role on users (admins set quotas) and per-user quotas.
-
-Revision ID: 0002_resources
-Revises: 0001
-Create Date: 2025-01-02
-"""
+"""Resources: a role on users (admins set quotas) and per-user quotas."""
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
 
+from starforge.server.db.migration_ops import add_columns, drop_columns
+
 revision = "0002_resources"
 down_revision = "0001"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("users") as batch:
-        batch.add_column(sa.Column("role", sa.String(20), nullable=False, server_default="user"))
+    add_columns("users", sa.Column("role", sa.String(20), nullable=False, server_default="user"))
     op.create_table(
         "quotas",
         sa.Column("user", sa.String(100), primary_key=True),
@@ -34,5 +28,4 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("quotas")
-    with op.batch_alter_table("users") as batch:
-        batch.drop_column("role")
+    drop_columns("users", "role")

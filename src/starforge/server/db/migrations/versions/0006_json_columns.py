@@ -10,9 +10,6 @@ and retyped ``JSON``; the stored values are JSON text already, so nothing is los
 - PostgreSQL converts in place: ``ALTER ... TYPE JSON USING <column>::json``.
 
 SQL NULL (``quotas.allowed_profiles_json``: every profile) stays SQL NULL.
-
-Revision ID: 0006_json_columns
-Revises: 0005_merge
 """
 
 from __future__ import annotations
@@ -22,8 +19,6 @@ from alembic import op
 
 revision = "0006_json_columns"
 down_revision = "0005_merge"
-branch_labels = None
-depends_on = None
 
 # table -> [(old text column, new JSON column, nullable)]
 COLUMNS: dict[str, list[tuple[str, str, bool]]] = {
@@ -42,28 +37,25 @@ COLUMNS: dict[str, list[tuple[str, str, bool]]] = {
 
 
 def upgrade() -> None:
-    for table, cols in COLUMNS.items():
-        with op.batch_alter_table(table) as batch:
-            for old, new, nullable in cols:
-                batch.alter_column(
-                    old,
-                    new_column_name=new,
-                    type_=sa.JSON(none_as_null=True),
-                    existing_type=sa.Text(),
-                    existing_nullable=nullable,
-                    postgresql_using=f"{old}::json",
-                )
+    _retype(to_json=True)
 
 
 def downgrade() -> None:
+    _retype(to_json=False)
+
+
+def _retype(to_json: bool) -> None:
+    """Rename and retype every column of ``COLUMNS``: text to JSON, or back."""
+    text, json = sa.Text(), sa.JSON(none_as_null=True)
     for table, cols in COLUMNS.items():
         with op.batch_alter_table(table) as batch:
-            for old, new, nullable in cols:
+            for text_name, json_name, nullable in cols:
+                old, new = (text_name, json_name) if to_json else (json_name, text_name)
                 batch.alter_column(
-                    new,
-                    new_column_name=old,
-                    type_=sa.Text(),
-                    existing_type=sa.JSON(none_as_null=True),
+                    old,
+                    new_column_name=new,
+                    type_=json if to_json else text,
+                    existing_type=text if to_json else json,
                     existing_nullable=nullable,
-                    postgresql_using=f"{new}::text",
+                    postgresql_using=f"{old}::{'json' if to_json else 'text'}",
                 )

@@ -1,9 +1,4 @@
-"""Blob ownership: which user has uploaded which digest (existence is answered per user).
-
-Revision ID: 0008_user_blobs
-Revises: 0007_run_config
-Create Date: 2025-01-08
-"""
+"""Blob ownership: which user has uploaded which digest (existence is answered per user)."""
 
 from __future__ import annotations
 
@@ -12,8 +7,6 @@ from alembic import op
 
 revision = "0008_user_blobs"
 down_revision = "0007_run_config"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -9,9 +9,6 @@
 
 Downgrade keeps each user's newest unrevoked token (an older server knew one token per user) and
 turns ``member``, ``viewer`` and ``operator`` back into ``user``.
-
-Revision ID: 0009_users_tokens
-Revises: 0008_user_blobs
 """
 
 from __future__ import annotations
@@ -21,8 +18,6 @@ from alembic import op
 
 revision = "0009_users_tokens"
 down_revision = "0008_user_blobs"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
