@@ -29,6 +29,7 @@ from starforge.contract.names import new_run_id
 from starforge.contract.states import EndReason, JobStatus
 from starforge.server import statemachine
 from starforge.server.db.models import Attempt, Run
+from starforge.server.executors.base import SupportsCheckPools
 from starforge.server.runtime import Runtime
 from starforge.server.services import admission, lifecycle, queue, quotas
 
@@ -105,6 +106,9 @@ def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
         inventory=rt.inventory,
         storage=rt.storage,
         quota=limits,
+        executor_check=(
+            rt.executor.check_pools if isinstance(rt.executor, SupportsCheckPools) else None
+        ),
     )
     run = _new_run(user, req, admitted)
     run.priority = limits.priority  # the queue orders by the user's priority at submit
