@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -78,6 +79,50 @@ def gated_lab(
     (folder / "lab-id.txt").write_text(f"{uuid.uuid4()}\n")
     commit_all(made.root, "a gated job")
     return made
+
+
+def custom_lab(
+    new_lab: Callable[..., Lab], steps: int, step_seconds: float = 0.1, save_every: int = 5
+) -> Lab:
+    """A lab whose custom job is the template's: steps, checkpoints, SIGTERM saves and exits."""
+    made = new_lab()
+    experiments.new_experiment(made, "c", "custom/custom")
+    folder = made.root / "experiments" / "c"
+    script = folder / "train.sh"
+    text = script.read_text()
+    text = re.sub(r'STEPS="\$\{STEPS:-\d+\}"', f'STEPS="${{STEPS:-{steps}}}"', text)
+    text = re.sub(
+        r'STEP_SECONDS="\$\{STEP_SECONDS:-[0-9.]+\}"',
+        f'STEP_SECONDS="${{STEP_SECONDS:-{step_seconds}}}"',
+        text,
+    )
+    text = re.sub(
+        r'SAVE_EVERY="\$\{SAVE_EVERY:-\d+\}"', f'SAVE_EVERY="${{SAVE_EVERY:-{save_every}}}"', text
+    )
+    script.write_text(text)
+    (folder / "config.yaml").write_text("starforge:\n  observability: platform\n")
+    (folder / "lab-id.txt").write_text(f"{uuid.uuid4()}\n")
+    commit_all(made.root, "a custom job")
+    return made
+
+
+def steps_in(log: str) -> list[int]:
+    return [int(m) for m in re.findall(r"(?m)^step (\d+)/\d+ ", log)]
+
+
+def wait_log(sf: Callable[..., Result], run_id: str, pattern: str, attempt: int = 1) -> str:
+    def seen() -> str:
+        match = re.search(pattern, logs_of(view(sf, run_id), attempt))
+        return match.group(0) if match else ""
+
+    return wait_for(seen, f"{pattern!r} in the log of {run_id} attempt {attempt}")
+
+
+def act(sf: Callable[..., Result], action: str, run_id: str) -> None:
+    got = sf("job", action, run_id, "--json")
+    assert got.code == 0, got.err
+    body = got.json()
+    assert isinstance(body, dict) and body["accepted"], body
 
 
 def submit(sf: Callable[..., Result], lab: Lab, *profiles: str, exp: str = "g") -> str:

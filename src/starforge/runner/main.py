@@ -164,6 +164,8 @@ class Runner:
         return self._finish(code, EndReason.COMPLETED if code == 0 else EndReason.EXIT_NONZERO)
 
     def _finish(self, code: int, reason: EndReason | None) -> int:
+        if self.terminating and code != 0 and slurm.under_slurm(os.environ):
+            reason = slurm.why_terminated(os.environ) or reason  # node down, preempted
         self.say(
             f"attempt {self.binding.attempt} node {self.binding.node_rank} exited with code {code}"
         )

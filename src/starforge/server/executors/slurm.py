@@ -13,8 +13,9 @@ are ``slurm:<jobid>:<rank>``: every node of an attempt shares its job.
 - A job that ended without its runners' exit records (killed by Slurm: out of memory, time
   limit, preempted) gets one written from Slurm's state (``slurm_states.ending``), so the run ends
   with the right reason and code; a node failure writes none: the node is lost and auto-retried.
-- ``stop``: ``scancel --signal=TERM --full`` (batch shell and steps: the runners checkpoint),
-  then ``scancel`` after the grace, on a timer thread so it never blocks. ``kill``: at once.
+- ``stop``: ``scancel --signal=TERM`` to the job's steps (the runners checkpoint; the batch
+  shell and ``srun`` are left alone, see ``slurm_compile``), then ``scancel`` after the grace if
+  the job still runs, on a thread so it never blocks. ``kill``: ``scancel --signal=KILL --full``.
 - ``adopt``: a runner under Slurm records its job id; a server that died between ``sbatch`` and
   recording the start adopts the job by that id.
 """
@@ -244,7 +245,8 @@ class SlurmExecutor:
 
     def _stop(self, job_id: int, grace_s: float) -> None:
         try:
-            run_cli(["scancel", "--signal=TERM", "--full", str(job_id)])
+            # The steps only (the runners): they checkpoint and exit, and the job ends with them.
+            run_cli(["scancel", "--signal=TERM", str(job_id)])
         except SlurmError:  # a pending job cannot be signalled: cancel it outright
             self._cancel(job_id)
             return

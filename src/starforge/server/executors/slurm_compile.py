@@ -11,10 +11,11 @@ What the job's topology is comes from what Slurm allocated: the runner reads Slu
 ``CUDA_VISIBLE_DEVICES`` and the master address this script exports (the ``NodeAddr`` of the first
 node of component 0, where rank 0 runs) — see ``starforge.runner.slurm``.
 
-The batch shell gets SIGTERM ``signal_before_s`` before the time limit (``--signal=B:TERM@…``)
-and from ``scancel --signal=TERM --full``; it forwards it to its ``srun`` steps, which forward it
-to the runners, which checkpoint. ``--no-requeue``: after a node failure StarForge retries by the
-method's policy, as a new attempt; Slurm must not start the same attempt twice.
+A stop or pause signals the job's steps (``scancel --signal=TERM``: the runners, which
+checkpoint), never the batch shell or ``srun`` (to ``srun`` TERM means "kill the step now"). The
+batch shell gets TERM only ``signal_before_s`` before the time limit (``--signal=B:TERM@…``),
+and hands it on to the steps the same way. ``--no-requeue``: after a node failure StarForge
+retries by the method's policy, as a new attempt; Slurm must not start the same attempt twice.
 """
 
 from __future__ import annotations
@@ -103,8 +104,9 @@ addr=$(scontrol show node "$first" | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p')
 export STARFORGE_SLURM_MASTER_ADDR="${addr:-$first}"
 export STARFORGE_SLURM_JOB_ID="$SLURM_JOB_ID"
 pids=()
-# TERM (a stop, a pause, the time limit) goes to every srun, which hands it to the runners.
-trap 'kill -TERM "${pids[@]}" 2>/dev/null' TERM
+# TERM before the time limit reaches this shell only: hand it to the runners (the job's steps).
+# Never to srun itself: srun treats TERM as "kill the step now", and the runners must checkpoint.
+trap 'scancel --signal=TERM "$SLURM_JOB_ID"' TERM
 """
 
 _EPILOGUE = """\

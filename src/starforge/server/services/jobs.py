@@ -29,7 +29,7 @@ from starforge.contract.names import new_run_id
 from starforge.contract.states import EndReason, JobStatus
 from starforge.server import statemachine
 from starforge.server.db.models import Attempt, Run
-from starforge.server.executors.base import SupportsCheckPools
+from starforge.server.executors.base import SupportsCheckPools, SupportsPendingReason
 from starforge.server.runtime import Runtime
 from starforge.server.services import admission, lifecycle, queue, quotas
 
@@ -227,7 +227,20 @@ def view(rt: Runtime, run: Run, *, full: bool = True) -> RunView:
         spec=spec if full else None,
         auto_retries=run.auto_retries or 0,
         max_retries=lifecycle.retry_limit(run),
+        executor_pending=_executor_pending(rt, run),
     )
+
+
+def _executor_pending(rt: Runtime, run: Run) -> str:
+    """Why the executor has not started a placed run yet (Slurm: its pending reason)."""
+    attempt = run.attempt(run.current_attempt) if run.status == JobStatus.STARTING else None
+    if (
+        attempt is None
+        or not attempt.executor_ref
+        or not isinstance(rt.executor, SupportsPendingReason)
+    ):
+        return ""
+    return rt.executor.pending_reason(attempt.executor_ref.split(",")[0]) or ""
 
 
 def get(rt: Runtime, user: str, ref: str) -> RunView:
