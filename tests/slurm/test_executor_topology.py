@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -101,7 +102,8 @@ def test_a_two_node_run_is_one_slurm_job_on_both_h200_nodes_running_a_gloo_all_r
     text = logs_of(done)
     assert done["status"] == "succeeded", text
     [job] = job_ids(done)
-    [record] = slurm_jobs(job)
+    # The runners report before the batch script itself has ended: wait for Slurm's last word.
+    record = wait_for(lambda: (r := slurm_jobs(job)[0])["job_state"] != "RUNNING" and r, "end")
     assert (record["name"], record["nodes"], record["job_state"]) == (
         f"sf.{run_id}.1",
         "h200-[1-2]",
@@ -131,6 +133,7 @@ def test_two_half_node_runs_share_one_node_with_disjoint_gpus(
 
 PROBE = """#!/bin/sh
 echo "$SLURMD_NODENAME $CUDA_VISIBLE_DEVICES $STARFORGE_SLURM_MASTER_ADDR" > "$1.seen"
+while [ ! -e "$1.go" ]; do sleep 0.1; done
 """
 
 
@@ -152,7 +155,7 @@ def test_a_two_pool_attempt_is_a_heterogeneous_job_with_one_component_per_pool(
         NodeLaunch(0, state / "node-0.json", logs / "attempt-1.log", "h200-2", "train"),
         NodeLaunch(1, state / "node-1.json", logs / "attempt-1.node-1.log", "h100-1", "rollout"),
     ]
-    name = f"sf.het-{tmp_path.name}.1"
+    name = f"sf.het-{uuid.uuid4().hex[:8]}.1"
     refs = executor.start_attempt(name, nodes, pools, image="")
     job = int(refs[0].split(":")[1])
     try:
@@ -164,8 +167,13 @@ def test_a_two_pool_attempt_is_a_heterogeneous_job_with_one_component_per_pool(
             ("h200", "h200-2"),
             ("h100", "h100-1"),
         ]
-        assert wait_for(lambda: not executor.is_alive(refs[1]), "the job to end")
         # The same attempt again (a server that died before recording it) is not submitted twice.
+        assert executor.start_attempt(name, nodes, pools, image="") == refs
+        assert executor.is_alive(refs[0]) and executor.is_alive(refs[1])
+        for n in nodes:
+            Path(f"{n.binding_path}.go").touch()
+        assert wait_for(lambda: not executor.is_alive(refs[1]), "the job to end")
+        assert [p["job_state"] for p in slurm_jobs(job)] == ["COMPLETED", "COMPLETED"]
     finally:
         subprocess.run(["scancel", str(job)], check=False)
 

@@ -43,6 +43,9 @@ from starforge.server.settings import NodeDef, SlurmSettings
 log = logging.getLogger(__name__)
 PREFIX = "slurm:"
 CLI_TIMEOUT_S = 30.0
+# The scheduler reads the nodes before each pass: a node that went down a moment ago must not
+# get the retry of the run it just lost, so this stays short (one sinfo costs ~0.1 s).
+CLUSTER_CACHE_S = 0.5
 
 
 class SlurmError(StarForgeError):
@@ -117,7 +120,8 @@ class SlurmExecutor:
 
     def cluster(self, fresh: bool = False) -> slurm_inventory.Cluster:
         with self._lock:
-            if fresh or self._cluster is None or time.monotonic() - self._cluster_at >= 2.0:
+            stale = time.monotonic() - self._cluster_at >= CLUSTER_CACHE_S
+            if fresh or self._cluster is None or stale:
                 self._cluster = slurm_inventory.parse_nodes(
                     json.loads(run_cli(["sinfo", "--json"]))
                 )
@@ -187,19 +191,26 @@ class SlurmExecutor:
     def start_attempt(
         self, job_name: str, nodes: list[NodeLaunch], pools: list[Pool], image: str
     ) -> dict[int, str]:
-        existing = next(
-            (j for j in self.jobs(fresh=True).values() if j.name == job_name and j.alive), None
-        )
+        existing = self._live_job_named(job_name)
         if existing is not None:  # submitted by a server that died before recording it
-            log.info(
-                "%s is already Slurm job %s; not submitting it again", job_name, existing.job_id
-            )
-            return {n.rank: f"{PREFIX}{existing.job_id}:{n.rank}" for n in nodes}
+            log.info("%s is already Slurm job %s: not submitted again", job_name, existing)
+            return {n.rank: f"{PREFIX}{existing}:{n.rank}" for n in nodes}
         script = slurm_compile.compile_batch(self.batch_job(job_name, nodes, pools, image))
         out = run_cli(slurm_compile.sbatch_argv(), stdin=script)
         job_id = int(out.strip().split(";")[0])
         self._jobs_at = -1e9  # the next look sees the new job
         return {n.rank: f"{PREFIX}{job_id}:{n.rank}" for n in nodes}
+
+    def _live_job_named(self, name: str) -> int | None:
+        """The id of a job of this name Slurm still holds (pending or running), or None."""
+        # squeue's text mode filters by name (its --json answer lists every job): cheap.
+        out = run_cli(["squeue", "--noheader", f"--name={name}", "--format=%i %T"])
+        for line in out.splitlines():
+            job, _, state = line.partition(" ")
+            job = job.split("+")[0]  # a heterogeneous job's components are <id>+<offset>
+            if job.isdigit() and state.strip() in slurm_states.LIVE:
+                return int(job)
+        return None
 
     def batch_job(
         self, name: str, nodes: list[NodeLaunch], pools: list[Pool], image: str

@@ -83,9 +83,9 @@ def schedule_pass(rt: Runtime) -> list[StartOrder]:
     """Decide the whole queue at once (``scheduler.plan``: priority, fair share, quotas, gang,
     reservations), then commit each start in its own transaction, re-checking that the run is
     still queued and its GPUs still free, then store the reasons of the runs that wait."""
-    rt.refresh_inventory()  # an executor that knows its nodes (Slurm) says which can take work
     if not queue.needs_pass(rt):  # a full cluster whose queue is explained: nothing to do
         return []
+    rt.refresh_inventory()  # an executor that knows its nodes (Slurm) says which can take work
     snap = queue.read_snapshot(rt)  # one consistent read that holds no write lock
     decisions = queue.decide(rt, snap)  # kept for views: they read it instead of planning
     orders: list[StartOrder] = []
