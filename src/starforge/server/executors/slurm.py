@@ -49,8 +49,7 @@ CLUSTER_CACHE_S = 0.5
 
 
 class SlurmError(StarForgeError):
-    code = "executor.slurm"
-    http_status = 502
+    """A Slurm command failed; the message is Slurm's own (it never leaves the server)."""
 
 
 def parse_ref(ref: str) -> tuple[int, int | None]:
