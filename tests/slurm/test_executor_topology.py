@@ -29,6 +29,7 @@ from tests.slurm.starforge_on_slurm import (
     slurm_jobs,
     slurm_server,
     submit,
+    view,
     wait_status,
 )
 
@@ -180,3 +181,29 @@ def test_a_two_pool_attempt_is_a_heterogeneous_job_with_one_component_per_pool(
 
 def _read(path: Path) -> str:
     return path.read_text().strip() if path.is_file() else ""
+
+
+@pytest.mark.training
+def test_the_readmes_tiny_grpo_run_succeeds_through_slurm(
+    sf: Callable[..., Result], new_lab: Callable[..., Lab]
+) -> None:
+    lab = new_lab()
+    experiments.new_experiment(lab, "g1", "trl/grpo")
+    subprocess.run(
+        [sys.executable, "experiments/g1/prepare.py"], cwd=lab.root, check=True, capture_output=True
+    )
+    commit_all(lab.root, "add g1")
+    got = sf(
+        "submit", "g1", "--profile", "h200:1", "--model", "models/tiny-llama",
+        "--train-data", "data/train.jsonl", "--validation-data", "data/val.jsonl",
+        "-s", "max_steps=10", "--follow", cwd=lab.root,
+    )  # fmt: skip
+    assert got.code == 0, got.err + got.out[-3000:]
+    summary = next(ln for ln in got.out.splitlines() if ln.startswith("[summary] "))
+    assert '"final_reward"' in summary
+    runs = sf("job", "ls", "--json").json()
+    assert isinstance(runs, list)
+    done = view(sf, str(runs[0]["run_id"]))
+    assert done["status"] == "succeeded"
+    [job] = job_ids(done)
+    assert slurm_jobs(job)[0]["name"] == f"sf.{done['run_id']}.1"
