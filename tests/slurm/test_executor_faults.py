@@ -102,9 +102,11 @@ def test_a_node_set_down_under_a_run_is_node_lost_and_the_auto_retry_runs_on_the
     try:
         scontrol("update", f"nodename={node}", "state=down", "reason=starforge-test")
         scontrol("update", f"nodename={node}", "state=drain", "reason=starforge-test")
-        done = wait_status(sf, run_id, "succeeded", "failed", deadline_s=180)
+        done = wait_status(sf, run_id, "succeeded", "failed", deadline_s=120)
     finally:
         scontrol("update", f"nodename={node}", "state=resume")
+        if view(sf, run_id)["status"] not in FINAL:  # a failed assertion holds no GPUs after it
+            sf("job", "stop", run_id)
     first, second = done["attempts"]
     assert first["end_reason"] == "node_lost", logs_of(done)
     assert done["status"] == "succeeded", logs_of(done, 2)

@@ -56,7 +56,8 @@ def test_stop_ends_the_slurm_job_and_retry_continues_in_a_new_job_from_the_check
     act(sf, "stop", run_id)
     stopped = wait_status(sf, run_id, *FINAL)
     assert stopped["status"] == "stopped", logs_of(stopped)
-    assert "[signal] SIGTERM" in logs_of(stopped)  # the job was asked, not killed
+    # Asked to stop (SIGTERM: 143), not killed (SIGKILL would be 137).
+    assert stopped["exit_code"] == 143 and "exited with code 143" in logs_of(stopped)
     [first] = job_ids(stopped)
     assert wait_for(lambda: slurm_jobs(first)[0]["job_state"] != "RUNNING", "the job to end")
 

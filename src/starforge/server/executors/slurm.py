@@ -43,9 +43,7 @@ from starforge.server.settings import NodeDef, SlurmSettings
 log = logging.getLogger(__name__)
 PREFIX = "slurm:"
 CLI_TIMEOUT_S = 30.0
-# The scheduler reads the nodes before each pass: a node that went down a moment ago must not
-# get the retry of the run it just lost, so this stays short (one sinfo costs ~0.1 s).
-CLUSTER_CACHE_S = 0.5
+CLUSTER_CACHE_S = 2.0  # how long admission's partition check reuses one sinfo answer
 
 
 class SlurmError(StarForgeError):
@@ -98,8 +96,9 @@ class SlurmExecutor:
         self.mounts = list(mounts or [])
         self._lock = threading.Lock()
         self._jobs: dict[int, slurm_states.SlurmJob] = {}
-        self._jobs_at = -1e9
+        self._jobs_at = self._jobs_asked = -1e9
         self._jobs_meta: dict[int, dict[str, Any]] = {}
+        self._submitted: dict[int, float] = {}  # job id -> when this process submitted it
         self._cluster: slurm_inventory.Cluster | None = None
         self._cluster_at = -1e9
 
@@ -109,12 +108,13 @@ class SlurmExecutor:
         """Every job Slurm lists (finished ones stay for MinJobAge), cached ``query_cache_s``."""
         with self._lock:
             if fresh or time.monotonic() - self._jobs_at >= self.settings.query_cache_s:
+                asked = time.monotonic()
                 payload = json.loads(run_cli(["squeue", "--json"]))
                 self._jobs = slurm_states.parse_jobs(payload)
                 self._jobs_meta = {
                     j["job_id"]: j for j in payload.get("jobs") or [] if "job_id" in j
                 }
-                self._jobs_at = time.monotonic()
+                self._jobs_at = self._jobs_asked = asked
             return self._jobs
 
     def cluster(self, fresh: bool = False) -> slurm_inventory.Cluster:
@@ -129,7 +129,9 @@ class SlurmExecutor:
 
     def inventory(self) -> list[NodeDef] | None:
         try:
-            return slurm_inventory.inventory(self.cluster(), self.settings)
+            # Fresh: read before each scheduler pass, and a node that went down a moment ago
+            # must not get the retry of the run it just lost.
+            return slurm_inventory.inventory(self.cluster(fresh=True), self.settings)
         except (SlurmError, ValueError):
             log.warning("could not read Slurm's nodes", exc_info=True)
             return None
@@ -140,6 +142,9 @@ class SlurmExecutor:
     def _components(self, job_id: int) -> list[slurm_states.SlurmJob]:
         """The job and, for a heterogeneous job, every component of it."""
         jobs = self.jobs()
+        submitted = self._submitted.get(job_id)
+        if job_id not in jobs and submitted is not None and self._jobs_asked <= submitted:
+            jobs = self.jobs(fresh=True)  # that answer was asked before this job existed
         meta = self._jobs_meta
         found = [
             j
@@ -197,7 +202,7 @@ class SlurmExecutor:
         script = slurm_compile.compile_batch(self.batch_job(job_name, nodes, pools, image))
         out = run_cli(slurm_compile.sbatch_argv(), stdin=script)
         job_id = int(out.strip().split(";")[0])
-        self._jobs_at = -1e9  # the next look sees the new job
+        self._submitted[job_id] = time.monotonic()  # a squeue asked before now cannot list it
         return {n.rank: f"{PREFIX}{job_id}:{n.rank}" for n in nodes}
 
     def _live_job_named(self, name: str) -> int | None:
