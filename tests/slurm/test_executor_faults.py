@@ -15,7 +15,7 @@ from starforge.cli.main import main
 from starforge.client import config
 from starforge.project.lab import Lab
 from tests.conftest import Result
-from tests.slurm.conftest import SlurmCluster, wait_for
+from tests.slurm.conftest import SCRIPT, SlurmCluster, wait_for
 from tests.slurm.starforge_on_slurm import (
     FINAL,
     custom_lab,
@@ -143,3 +143,30 @@ def view_dir(home: Path, run_id: str) -> str:
 
 def scontrol(*args: str) -> None:
     subprocess.run(["scontrol", *args], check=True, capture_output=True)
+
+
+def test_slurmctld_stopped_and_started_under_queued_and_running_runs_loses_and_repeats_nothing(
+    sf: Callable[..., Result], new_lab: Callable[..., Lab]
+) -> None:
+    lab = custom_lab(new_lab, steps=40)
+    running = submit(sf, lab, "h200:1", exp="c")
+    wait_log(sf, running, r"step 3/")
+    state = Path(os.environ.get("STARFORGE_SLURM_DIR", "/var/tmp/starforge-slurm"))
+    os.kill(int((state / "run" / "slurmctld.pid").read_text()), signal.SIGTERM)
+    try:
+        wait_for(lambda: not controller_answers(), "slurmctld to stop answering")
+        waiting = submit(sf, lab, "h200:1", exp="c")  # queued while Slurm cannot place it
+        log = Path(view(sf, running)["run_dir"], "logs", "attempt-1.log")
+        wait_for(lambda: "step 15/" in log.read_text(), "training to go on without slurmctld")
+        assert view(sf, waiting)["status"] == "queued"
+    finally:
+        subprocess.run(["bash", str(SCRIPT), "start"], check=True, capture_output=True)
+    for run_id in (running, waiting):
+        done = wait_status(sf, run_id, *FINAL, deadline_s=120)
+        assert done["status"] == "succeeded", logs_of(done)
+        assert len(done["attempts"]) == 1
+        assert steps_in(logs_of(done)) == list(range(1, 41))
+
+
+def controller_answers() -> bool:
+    return subprocess.run(["scontrol", "ping"], capture_output=True, check=False).returncode == 0

@@ -67,12 +67,17 @@ class Runtime:
         with self.sessions.begin() as session:
             yield session
 
-    def refresh_inventory(self) -> None:
-        """Take the executor's view of its nodes (down or drained ones left out), if it has one."""
+    def refresh_inventory(self) -> bool:
+        """Take the executor's view of its nodes (down or drained ones left out), if it has one.
+
+        False when the executor cannot see its nodes now (Slurm's controller is down): the
+        inventory is kept as it was, and nothing should be placed until it answers again."""
         if isinstance(self.executor, SupportsInventory):
             nodes = self.executor.inventory()
-            if nodes is not None:
-                self.inventory = nodes
+            if nodes is None:
+                return False
+            self.inventory = nodes
+        return True
 
     def bind_loop(self, loop: asyncio.AbstractEventLoop, wake: asyncio.Event) -> None:
         self._loop, self._wake = loop, wake

@@ -85,6 +85,26 @@ def run_cli(argv: list[str], stdin: str | None = None) -> str:
     return done.stdout
 
 
+def query_json(argv: list[str]) -> dict[str, Any]:
+    """A Slurm command's ``--json`` answer; SlurmError when it says it failed.
+
+    Slurm 22.05's ``sinfo --json``/``squeue --json`` exit 0 when the controller does not answer,
+    with the failure in ``errors`` and no nodes or jobs: read as "none", every run would look
+    lost and every partition missing."""
+    try:
+        payload = json.loads(run_cli(argv))
+    except ValueError as exc:
+        raise SlurmError(f"{argv[0]} answered something that is not JSON: {exc}") from exc
+    errors = payload.get("errors") if isinstance(payload, dict) else None
+    if not isinstance(payload, dict) or errors:
+        said = "; ".join(
+            str(e.get("description") or e.get("error") or e) if isinstance(e, dict) else str(e)
+            for e in errors or ["no answer"]
+        )
+        raise SlurmError(f"{argv[0]} failed: {said}")
+    return payload
+
+
 class SlurmExecutor:
     name = "slurm"
 
@@ -109,7 +129,7 @@ class SlurmExecutor:
         with self._lock:
             if fresh or time.monotonic() - self._jobs_at >= self.settings.query_cache_s:
                 asked = time.monotonic()
-                payload = json.loads(run_cli(["squeue", "--json"]))
+                payload = query_json(["squeue", "--json"])
                 self._jobs = slurm_states.parse_jobs(payload)
                 self._jobs_meta = {
                     j["job_id"]: j for j in payload.get("jobs") or [] if "job_id" in j
@@ -121,9 +141,7 @@ class SlurmExecutor:
         with self._lock:
             stale = time.monotonic() - self._cluster_at >= CLUSTER_CACHE_S
             if fresh or self._cluster is None or stale:
-                self._cluster = slurm_inventory.parse_nodes(
-                    json.loads(run_cli(["sinfo", "--json"]))
-                )
+                self._cluster = slurm_inventory.parse_nodes(query_json(["sinfo", "--json"]))
                 self._cluster_at = time.monotonic()
             return self._cluster
 
@@ -137,7 +155,13 @@ class SlurmExecutor:
             return None
 
     def check_pools(self, pools: list[Pool]) -> None:
-        slurm_inventory.check_pools(pools, self.cluster(), self.settings)
+        try:
+            cluster = self.cluster()
+        except SlurmError:
+            if self._cluster is None:
+                return  # Slurm cannot say now: the run queues, and its start will tell
+            cluster = self._cluster  # the controller is restarting: its partitions remain
+        slurm_inventory.check_pools(pools, cluster, self.settings)
 
     def _components(self, job_id: int) -> list[slurm_states.SlurmJob]:
         """The job and, for a heterogeneous job, every component of it."""

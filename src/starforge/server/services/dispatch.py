@@ -85,7 +85,10 @@ def schedule_pass(rt: Runtime) -> list[StartOrder]:
     still queued and its GPUs still free, then store the reasons of the runs that wait."""
     if not queue.needs_pass(rt):  # a full cluster whose queue is explained: nothing to do
         return []
-    rt.refresh_inventory()  # an executor that knows its nodes (Slurm) says which can take work
+    # An executor that knows its nodes (Slurm) says which can take work; while it cannot tell
+    # (Slurm's controller is down) nothing is placed, so no queued run fails for it.
+    if not rt.refresh_inventory():
+        return []
     snap = queue.read_snapshot(rt)  # one consistent read that holds no write lock
     decisions = queue.decide(rt, snap)  # kept for views: they read it instead of planning
     orders: list[StartOrder] = []
