@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from starforge.contract.states import EndReason
+from starforge.server.executors.slurm import SlurmError, query_json
 from starforge.server.executors.slurm_states import Ending, ending, parse_jobs
 
 
@@ -75,3 +78,14 @@ def test_squeue_json_of_later_slurm_versions_is_read_too() -> None:
 def test_a_pending_job_slurm_has_not_looked_at_yet_still_says_it_waits() -> None:
     jobs = parse_jobs({"jobs": [{"job_id": 9, "job_state": "PENDING", "state_reason": "None"}]})
     assert jobs[9].pending_reason == "waiting in Slurm"
+
+
+def test_a_json_answer_that_carries_errors_is_a_failure_not_an_empty_cluster() -> None:
+    # Slurm 22.05 exits 0 when its controller does not answer, with the failure inside the JSON.
+    answer = '{"errors": [{"error": "Unspecified error", "errno": -1}], "nodes": []}'
+    with pytest.raises(SlurmError, match="Unspecified error"):
+        query_json([sys.executable, "-c", f"print({answer!r})"])
+    assert query_json([sys.executable, "-c", 'print(\'{"errors": [], "jobs": []}\')']) == {
+        "errors": [],
+        "jobs": [],
+    }
