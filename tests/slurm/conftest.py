@@ -60,7 +60,7 @@ def run(args: list[str], timeout: float = 30.0) -> subprocess.CompletedProcess[s
 def sinfo_nodes() -> list[dict[str, Any]] | None:
     """The cluster's nodes as ``sinfo --json`` reports them, or None when it does not answer."""
     try:
-        done = run(["sinfo", "--json"])
+        done = run(["sinfo", "--json"], timeout=15)
     except (OSError, subprocess.TimeoutExpired):
         return None
     if done.returncode != 0:
@@ -81,12 +81,12 @@ def slurm_cluster() -> SlurmCluster:
     if nodes is None:
         try:
             started = run(["bash", str(SCRIPT), "start"], timeout=600)
-            problem = "" if started.returncode == 0 else started.stdout + started.stderr
+            problem = started.stdout + started.stderr
         except (OSError, subprocess.TimeoutExpired) as e:
             problem = str(e)
         nodes = sinfo_nodes()
         if nodes is None:
-            why = f"the Slurm test cluster is not running and `scripts/slurm.sh start` failed: {problem}"
+            why = f"`sinfo --json` does not answer, even after `scripts/slurm.sh start`: {problem}"
             if must_not_skip():
                 pytest.fail(why)
             pytest.skip(why)
