@@ -119,6 +119,8 @@ class SlurmExecutor:
         self._jobs_at = self._jobs_asked = -1e9
         self._jobs_meta: dict[int, dict[str, Any]] = {}
         self._submitted: dict[int, float] = {}  # job id -> when this process submitted it
+        self._stopping: set[int] = set()  # jobs a stop thread is ending now
+        self._stop_lock = threading.Lock()  # not _lock: that one is held during a squeue
         self._cluster: slurm_inventory.Cluster | None = None
         self._cluster_at = -1e9
 
@@ -279,10 +281,21 @@ class SlurmExecutor:
 
     def stop(self, ref: str, grace_s: float) -> None:
         job_id, _ = parse_ref(ref)
+        with self._stop_lock:  # every node of an attempt names the same job: stop it once
+            if job_id in self._stopping:
+                return
+            self._stopping.add(job_id)
         thread = threading.Thread(target=self._stop, args=(job_id, grace_s), daemon=True)
         thread.start()
 
     def _stop(self, job_id: int, grace_s: float) -> None:
+        try:
+            self._stop_job(job_id, grace_s)
+        finally:
+            with self._stop_lock:
+                self._stopping.discard(job_id)
+
+    def _stop_job(self, job_id: int, grace_s: float) -> None:
         try:
             # The steps only (the runners): they checkpoint and exit, and the job ends with them.
             run_cli(["scancel", "--signal=TERM", str(job_id)])
