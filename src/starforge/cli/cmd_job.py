@@ -78,7 +78,7 @@ def list_runs(
                 r.method,
                 str(r.gpus),
                 ago(r.created_at),
-                r.reason,
+                r.reason + (f" (Slurm: {r.executor_pending})" if r.executor_pending else ""),
             ]
             for r in runs
         ],
@@ -120,6 +120,8 @@ def status(run: RunArg = None, json_out: JsonOpt = False) -> None:
     ]
     at = [key for key, _ in rows].index("reason") + 1
     rows[at:at] = _pending_rows(view)  # a queued run: its place in the queue, in numbers
+    if view.executor_pending:  # placed, but the executor (Slurm) has not started it yet
+        rows.insert(at, ("executor", f"waiting: {view.executor_pending}"))
     for key, value in rows:
         out.line(f"[bold]{key:>10}[/bold]  {value}")
     if view.attempts:

@@ -136,6 +136,8 @@ class RunView(Contract):
     max_retries: int | None = None  # the run's auto-retry limit (None: the method's default)
     queue_position: int | None = None  # queued runs only
     pending: PendingView | None = None  # queued runs only: why it waits
+    # Placed by StarForge, waiting in the executor (Slurm's pending reason, e.g. "Resources").
+    executor_pending: str = ""
 
 
 class RunList(Contract):

@@ -35,7 +35,7 @@ from starforge.contract.errors import RunnerError, StarForgeError
 from starforge.contract.jobspec import JobSpec, Manifest
 from starforge.contract.layout import UNPACKED_MARKER, RunLayout
 from starforge.contract.states import EndReason
-from starforge.runner import jobuser
+from starforge.runner import jobuser, slurm
 from starforge.runner.preflight import check_packages
 from starforge.runner.report import Reporter, write_exit_record, write_runner_record
 from starforge.runner.unpack import manifest_digest, unpack
@@ -204,6 +204,8 @@ class Runner:
         return self._finish(code, EndReason.COMPLETED if code == 0 else EndReason.EXIT_NONZERO)
 
     def _finish(self, code: int, reason: EndReason | None) -> int:
+        if self.terminating and code != 0 and slurm.under_slurm(os.environ):
+            reason = slurm.why_terminated(os.environ) or reason  # node down, preempted
         self.say(
             f"attempt {self.binding.attempt} node {self.binding.node_rank} exited with code {code}"
         )
@@ -218,6 +220,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m starforge.runner BINDING_JSON", file=sys.stderr)
         return 2
     binding = Binding.read(Path(argv[0]).read_bytes())  # lenient: the server may be newer
+    binding = slurm.apply(binding, os.environ)  # under Slurm: the GPUs and master it allocated
     write_runner_record(binding)  # first: a server that never recorded this start adopts it
     Path(binding.log_path).parent.mkdir(parents=True, exist_ok=True)
     with open(binding.log_path, "ab", buffering=0) as log:

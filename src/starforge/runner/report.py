@@ -34,6 +34,7 @@ from starforge.contract.env import Binding
 from starforge.contract.errors import Forbidden, NotFound
 from starforge.contract.layout import RunLayout
 from starforge.contract.states import EndReason
+from starforge.runner import slurm
 
 DEFAULT_HEARTBEAT_S = 5.0
 MAX_BACKOFF_S = 2.0
@@ -58,6 +59,7 @@ def spool_dir(binding: Binding) -> Path:
 def write_runner_record(binding: Binding) -> None:
     """Who runs this node (so a server that never recorded the start can adopt it)."""
     record = {"pid": os.getpid(), "pgid": os.getpgid(0), "host": socket.gethostname()}
+    record.update(slurm.record_fields(binding, os.environ))  # under Slurm: the job to adopt
     write_json_atomic(runner_record_path(binding), {**record, "at": time.time()})
 
 

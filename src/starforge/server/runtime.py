@@ -1,8 +1,10 @@
 """The runtime: everything a service needs, built once per server process.
 
-It holds the settings, the database session factory, the storage, the executor, the inventory and
-the scheduler's wake-up signal. Services take it as their first argument; routers get it from the
-app. ``wake_scheduler`` is safe to call from any thread (request handlers run in a thread pool).
+It holds the settings, the database session factory, the storage, the executor (``executor:
+local|slurm``), the inventory (the settings', or what the executor reports, refreshed before
+each scheduler pass) and the scheduler's wake-up signal. Services take it as their first
+argument; routers get it from the app. ``wake_scheduler`` is safe to call from any thread
+(request handlers run in a thread pool).
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from starforge.server.db.engine import make_engine, make_sessions, migrate
 from starforge.server.db.models import utcnow
-from starforge.server.executors.base import Executor
+from starforge.server.executors.base import Executor, SupportsInventory
 from starforge.server.executors.local import LocalExecutor
+from starforge.server.executors.slurm import SlurmExecutor
 from starforge.server.settings import NodeDef, Settings
 from starforge.server.storage import Storage
 
@@ -66,6 +69,18 @@ class Runtime:
         with self.sessions.begin() as session:
             yield session
 
+    def refresh_inventory(self) -> bool:
+        """Take the executor's view of its nodes (down or drained ones left out), if it has one.
+
+        False when the executor cannot see its nodes now (Slurm's controller is down): the
+        inventory is kept as it was, and nothing should be placed until it answers again."""
+        if isinstance(self.executor, SupportsInventory):
+            nodes = self.executor.inventory()
+            if nodes is None:
+                return False
+            self.inventory = nodes
+        return True
+
     def bind_loop(self, loop: asyncio.AbstractEventLoop, wake: asyncio.Event) -> None:
         self._loop, self._wake = loop, wake
 
@@ -102,12 +117,22 @@ def build_runtime(
     migrate(engine)
     storage = Storage(settings.storage)
     storage.root.mkdir(parents=True, exist_ok=True)
-    return Runtime(
+    rt = Runtime(
         settings=settings,
         engine=engine,
         sessions=make_sessions(engine),
         storage=storage,
-        executor=executor or LocalExecutor(settings.runner_command),
+        executor=executor or make_executor(settings),
         inventory=list(settings.nodes),
         url=url or settings.url,
     )
+    rt.refresh_inventory()
+    return rt
+
+
+def make_executor(settings: Settings) -> Executor:
+    """The executor ``settings.executor`` names."""
+    if settings.executor == "slurm":
+        # Pyxis containers see the storage root at the same path (the shared filesystem).
+        return SlurmExecutor(settings.slurm, settings.runner_command, [str(settings.storage)])
+    return LocalExecutor(settings.runner_command)

@@ -60,6 +60,32 @@ class QuotaDefaults(Quota):
     model_config = ConfigDict(extra="forbid")
 
 
+class SlurmTarget(BaseModel):
+    """Where a GPU series lives on Slurm: its partition and its GRES type (``gpu:<type>:<n>``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    partition: str
+    gres_type: str
+
+
+class SlurmSettings(BaseModel):
+    """``slurm:`` in server.yaml, read only when ``executor: slurm``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # GPU series -> partition and GRES type; a series not listed maps to both of its own name.
+    partitions: dict[str, SlurmTarget] = Field(default_factory=dict)
+    pyxis: bool = False  # the cluster has Pyxis/enroot: runs with an image use srun --container-*
+    signal_before_s: int = Field(default=120, ge=0)  # TERM this long before the time limit
+    time_limit: str = ""  # sbatch --time (empty: the partition's default)
+    sbatch_args: list[str] = Field(default_factory=list)  # e.g. ["--account=lab", "--qos=normal"]
+    query_cache_s: float = Field(default=1.0, ge=0)  # one squeue per reconcile pass, not per node
+
+    def target(self, series: str) -> SlurmTarget:
+        return self.partitions.get(series) or SlurmTarget(partition=series, gres_type=series)
+
+
 def default_profiles() -> list[ProfileDef]:
     return [
         ProfileDef(name="h200", series="h200", gpus_per_node=8, nodes=1),
@@ -121,7 +147,8 @@ class Settings(BaseSettings):
     url: str = Field(default="", description="the URL runners call back; derived when empty")
     storage_root: Path | None = None
     database_url: str | None = None
-    executor: Literal["local"] = "local"
+    executor: Literal["local", "slurm"] = "local"
+    slurm: SlurmSettings = Field(default_factory=SlurmSettings)
     runner_command: list[str] = Field(default_factory=default_runner_command)
     stop_grace_s: float = Field(default=10.0, ge=0)
     # Lifecycle: a pause waits this long for the checkpoint before SIGKILL; runners beat every

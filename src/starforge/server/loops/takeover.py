@@ -24,8 +24,9 @@ from pathlib import Path
 
 from starforge.contract.layout import RunLayout
 from starforge.contract.states import JobStatus, NodeState
+from starforge.server.executors.base import NodeLaunch
 from starforge.server.runtime import Runtime
-from starforge.server.services import dispatch
+from starforge.server.services import admission, dispatch
 
 log = logging.getLogger(__name__)
 GRACE_S = 5.0
@@ -41,6 +42,7 @@ def interrupted(rt: Runtime) -> list[dispatch.StartOrder]:
             run_dir = dispatch.run_dir_of(rt, run)
             layout = RunLayout(run_dir)
             nodes = []
+            slots = {int(slot["rank"]): slot for slot in attempt.allocation or []}
             for rank, node in sorted(attempt.node_records().items()):
                 if node.state is not NodeState.PENDING or node.ref is not None:
                     continue
@@ -49,14 +51,19 @@ def interrupted(rt: Runtime) -> list[dispatch.StartOrder]:
                 if layout.exit_record(attempt.number, rank).exists():
                     continue  # launched and done: the reconciler settles it
                 nodes.append(
-                    dispatch.NodeStart(
+                    NodeLaunch(
                         rank,
                         rt.storage.binding_path(run_dir, attempt.number, rank),
                         rt.storage.log_path(run_dir, attempt.number, rank),
+                        node=node.node,
+                        pool=node.pool,
+                        gpus=list(slots.get(rank, {}).get("gpus", [])),
                     )
                 )
             if nodes:
-                orders.append(dispatch.StartOrder(run.id, attempt.number, nodes))
+                image = str((run.spec or {}).get("image") or "")
+                pools = admission.run_pools(run)
+                orders.append(dispatch.StartOrder(run.id, attempt.number, nodes, pools, image))
     return orders
 
 

@@ -17,6 +17,7 @@ rejected with the numbers, right after the fit."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -208,14 +209,20 @@ def admit(
     storage: Storage,
     quota: Quota | None = None,
     shared_roots: list[Path] | None = None,
+    executor_check: Callable[[list[Pool]], None] | None = None,
 ) -> Admitted:
-    """Check a submission end to end; raise the first problem found."""
+    """Check a submission end to end; raise the first problem found.
+
+    ``executor_check`` rejects pools the executor can never place (Slurm: a series without a
+    partition), before the fit check so the rejection names the setting to change."""
     # The packer's sensitive-file policy again, whichever client wrote the manifest.
     sensitive.refuse_manifest(manifest, read_head=lambda digest: _blob_head(storage, digest))
     method, warnings = check_catalog(spec)
     requests = parse_profile_args(spec.profiles)
     check_submission(spec, method, requests=requests, package={f.path for f in manifest.files})
     pools = resolve(requests, profiles, method.roles)
+    if executor_check is not None:
+        executor_check(pools)
     check_fit(pools, inventory)
     if quota is not None:
         check_quota(pools, quota)

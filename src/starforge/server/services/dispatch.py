@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy import select
@@ -33,6 +33,7 @@ from starforge.contract.profiles import Pool
 from starforge.contract.states import ACTIVE, JobStatus, NodeEvent, NodeState
 from starforge.server import statemachine
 from starforge.server.db.models import Attempt, Run, utcnow
+from starforge.server.executors.base import NodeLaunch, SupportsGangStart
 from starforge.server.runtime import Runtime
 from starforge.server.services import admission, checkpoints, lifecycle, queue, scheduler
 from starforge.server.services.users import token_digest
@@ -41,17 +42,12 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class NodeStart:
-    rank: int
-    binding_path: Path
-    log_path: Path
-
-
-@dataclass(frozen=True)
 class StartOrder:
     run_id: str
     attempt: int
-    nodes: list[NodeStart]
+    nodes: list[NodeLaunch]
+    pools: list[Pool] = field(default_factory=list)
+    image: str = ""
 
 
 def active_attempts(session: Session, *, lock: bool = False) -> list[tuple[Run, Attempt]]:
@@ -90,6 +86,10 @@ def schedule_pass(rt: Runtime) -> list[StartOrder]:
     reservations), then commit each start in its own transaction, re-checking that the run is
     still queued and its GPUs still free, then store the reasons of the runs that wait."""
     if not queue.needs_pass(rt):  # a full cluster whose queue is explained: nothing to do
+        return []
+    # An executor that knows its nodes (Slurm) says which can take work; while it cannot tell
+    # (Slurm's controller is down) nothing is placed, so no queued run fails for it.
+    if not rt.refresh_inventory():
         return []
     snap = queue.read_snapshot(rt)  # one consistent read that holds no write lock
     decisions = queue.decide(rt, snap)  # kept for views: they read it instead of planning
@@ -177,7 +177,8 @@ def place_run(
         resume_from=attempt.resumed_from or "",
         job_token=job_token,
     )
-    return StartOrder(run.id, number, starts)
+    image = str((run.spec or {}).get("image") or "")
+    return StartOrder(run.id, number, starts, pools=pools, image=image)
 
 
 def write_bindings(
@@ -190,7 +191,7 @@ def write_bindings(
     *,
     resume_from: str = "",
     job_token: str = "",
-) -> list[NodeStart]:
+) -> list[NodeLaunch]:
     run_dir = run_dir_of(rt, run)
     if not rt.storage.run_json_path(run_dir).exists():  # written once, from the database
         rt.storage.write_run_json(run_dir, run.spec, run.manifest, run.config)
@@ -222,12 +223,34 @@ def write_bindings(
         )
         path = rt.storage.binding_path(run_dir, number, slot.rank)
         rt.storage.write_binding(path, binding.model_dump(mode="json"))
-        starts.append(NodeStart(slot.rank, path, log_path))
+        starts.append(NodeLaunch(slot.rank, path, log_path, slot.node, slot.pool, list(slot.gpus)))
     return starts
 
 
 def start_attempt(rt: Runtime, order: StartOrder) -> None:
     """Start every node of a committed placement, then record what was started."""
+    refs, error = _start_nodes(rt, order)
+    with rt.transaction() as session:
+        run = session.get(Run, order.run_id, with_for_update=True)
+        assert run is not None
+        outcome = record_starts(
+            session, run, order.attempt, refs, error, pause_grace_s=rt.settings.pause_grace_s
+        )
+    lifecycle.act_on(rt, outcome)
+
+
+def _start_nodes(rt: Runtime, order: StartOrder) -> tuple[dict[int, str], str | None]:
+    """Ask the executor to start the attempt: as one unit where it can (Slurm: one job per
+    attempt, named so that a second try finds the first), else node by node."""
+    if isinstance(rt.executor, SupportsGangStart):
+        name = f"sf.{order.run_id}.{order.attempt}"
+        try:
+            return rt.executor.start_attempt(name, order.nodes, order.pools, order.image), None
+        except Exception as exc:  # nothing was started: the executor's own words, in the log
+            error = f"could not start the attempt: {getattr(exc, 'message', None) or exc}"
+            log.exception("starting %s attempt %s", order.run_id, order.attempt)
+            _note_in_log(order.nodes[0].log_path, error)
+            return {}, error
     refs: dict[int, str] = {}
     error: str | None = None
     for node in order.nodes:
@@ -238,13 +261,7 @@ def start_attempt(rt: Runtime, order: StartOrder) -> None:
             log.exception("starting %s attempt %s node %s", order.run_id, order.attempt, node.rank)
             _note_in_log(node.log_path, error)
             break
-    with rt.transaction() as session:
-        run = session.get(Run, order.run_id, with_for_update=True)
-        assert run is not None
-        outcome = record_starts(
-            session, run, order.attempt, refs, error, pause_grace_s=rt.settings.pause_grace_s
-        )
-    lifecycle.act_on(rt, outcome)
+    return refs, error
 
 
 def record_starts(

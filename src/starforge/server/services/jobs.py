@@ -31,6 +31,7 @@ from starforge.contract.names import new_run_id
 from starforge.contract.states import EndReason, JobStatus
 from starforge.server import statemachine
 from starforge.server.db.models import Attempt, Run
+from starforge.server.executors.base import SupportsCheckPools, SupportsPendingReason
 from starforge.server.runtime import Runtime
 from starforge.server.services import admission, blobs, lifecycle, queue, quotas, users
 
@@ -129,6 +130,9 @@ def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
         storage=rt.storage,
         quota=limits,
         shared_roots=rt.settings.shared_roots,
+        executor_check=(
+            rt.executor.check_pools if isinstance(rt.executor, SupportsCheckPools) else None
+        ),
     )
     blobs.require_owned(rt, user, req.manifest.digests())  # never another user's uploads
     run = _new_run(user, req, admitted)
@@ -238,7 +242,20 @@ def view(rt: Runtime, run: Run, *, full: bool = True) -> RunView:
         spec=spec if full else None,
         auto_retries=run.auto_retries or 0,
         max_retries=lifecycle.retry_limit(run),
+        executor_pending=_executor_pending(rt, run),
     )
+
+
+def _executor_pending(rt: Runtime, run: Run) -> str:
+    """Why the executor has not started a placed run yet (Slurm: its pending reason)."""
+    attempt = run.attempt(run.current_attempt) if run.status == JobStatus.STARTING else None
+    if (
+        attempt is None
+        or not attempt.executor_ref
+        or not isinstance(rt.executor, SupportsPendingReason)
+    ):
+        return ""
+    return rt.executor.pending_reason(attempt.executor_ref.split(",")[0]) or ""
 
 
 def get(rt: Runtime, user: str, ref: str) -> RunView:

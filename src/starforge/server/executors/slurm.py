@@ -1,0 +1,353 @@
+"""The Slurm executor: one Slurm job per attempt, submitted from this (login) node with ``sbatch``.
+
+StarForge stays the queue of record (quotas, priority, fair share) and chooses the nodes; Slurm
+places exactly those (``--nodelist``) and runs one runner per node (``slurm_compile``). References
+are ``slurm:<jobid>:<rank>``: every node of an attempt shares its job.
+
+- Starting is idempotent per attempt: the job is named ``sf.<run_id>.<attempt>`` and a live job of
+  that name is reused instead of submitted again. An ``sbatch`` that fails raises with Slurm's own
+  message; nothing was submitted, so nothing is left half-created.
+- Liveness is read in one ``squeue --json`` per ``query_cache_s`` (one per reconcile pass, not per
+  node). A job Slurm no longer lists, or lists in a final state, is dead. When ``squeue`` fails
+  (slurmctld down) ``is_alive`` raises and the reconciler leaves the node alone: nothing is lost.
+- A job that ended without its runners' exit records (killed by Slurm: out of memory, time
+  limit, preempted) gets one written from Slurm's state (``slurm_states.ending``), so the run ends
+  with the right reason and code; a node failure writes none: the node is lost and auto-retried.
+- ``stop``: ``scancel --signal=TERM`` to the job's steps (the runners checkpoint; the batch
+  shell and ``srun`` are left alone, see ``slurm_compile``), then ``scancel`` after the grace if
+  the job still runs, on a thread so it never blocks. ``kill``: ``scancel --signal=KILL --full``.
+- ``adopt``: a runner under Slurm records its job id; a server that died between ``sbatch`` and
+  recording the start adopts the job by that id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from starforge.contract.errors import StarForgeError
+from starforge.contract.layout import RunLayout
+from starforge.contract.profiles import Pool
+from starforge.server.executors import slurm_compile, slurm_inventory, slurm_states
+from starforge.server.executors.base import NodeLaunch
+from starforge.server.settings import NodeDef, SlurmSettings
+
+log = logging.getLogger(__name__)
+PREFIX = "slurm:"
+CLI_TIMEOUT_S = 30.0
+CLUSTER_CACHE_S = 2.0  # how long admission's partition check reuses one sinfo answer
+
+
+class SlurmError(StarForgeError):
+    """A Slurm command failed; the message is Slurm's own (it never leaves the server)."""
+
+
+def parse_ref(ref: str) -> tuple[int, int | None]:
+    """``slurm:<jobid>[:<rank>]`` -> (job id, rank or None)."""
+    parts = ref.split(":")
+    if (
+        parts[0] + ":" != PREFIX
+        or len(parts) not in (2, 3)
+        or not all(p.isdigit() for p in parts[1:])
+    ):
+        raise StarForgeError(f"{ref!r} is not a Slurm executor reference")
+    return int(parts[1]), (int(parts[2]) if len(parts) == 3 else None)
+
+
+def job_name(run_id: str, attempt: int) -> str:
+    return f"sf.{run_id}.{attempt}"
+
+
+def _attempt_of(name: str) -> int | None:
+    tail = name.rsplit(".", 1)[-1]
+    return int(tail) if name.startswith("sf.") and tail.isdigit() else None
+
+
+def run_cli(argv: list[str], stdin: str | None = None) -> str:
+    """Run one Slurm command; its stdout, or SlurmError with Slurm's own message."""
+    try:
+        done = subprocess.run(
+            argv, input=stdin, capture_output=True, text=True, timeout=CLI_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise SlurmError(f"{argv[0]} could not run: {exc}") from exc
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip() or f"exit status {done.returncode}"
+        raise SlurmError(f"{argv[0]} failed: {said}")
+    return done.stdout
+
+
+def query_json(argv: list[str]) -> dict[str, Any]:
+    """A Slurm command's ``--json`` answer; SlurmError when it says it failed.
+
+    Slurm 22.05's ``sinfo --json``/``squeue --json`` exit 0 when the controller does not answer,
+    with the failure in ``errors`` and no nodes or jobs: read as "none", every run would look
+    lost and every partition missing."""
+    try:
+        payload = json.loads(run_cli(argv))
+    except ValueError as exc:
+        raise SlurmError(f"{argv[0]} answered something that is not JSON: {exc}") from exc
+    errors = payload.get("errors") if isinstance(payload, dict) else None
+    if not isinstance(payload, dict) or errors:
+        said = "; ".join(
+            str(e.get("description") or e.get("error") or e) if isinstance(e, dict) else str(e)
+            for e in errors or ["no answer"]
+        )
+        raise SlurmError(f"{argv[0]} failed: {said}")
+    return payload
+
+
+class SlurmExecutor:
+    name = "slurm"
+
+    def __init__(
+        self, settings: SlurmSettings, runner: list[str], mounts: list[str] | None = None
+    ) -> None:
+        self.settings = settings
+        self.runner = list(runner)
+        self.mounts = list(mounts or [])
+        self._lock = threading.Lock()
+        self._jobs: dict[int, slurm_states.SlurmJob] = {}
+        self._jobs_at = self._jobs_asked = -1e9
+        self._jobs_meta: dict[int, dict[str, Any]] = {}
+        self._submitted: dict[int, float] = {}  # job id -> when this process submitted it
+        self._stopping: set[int] = set()  # jobs a stop thread is ending now
+        self._stop_lock = threading.Lock()  # not _lock: that one is held during a squeue
+        self._cluster: slurm_inventory.Cluster | None = None
+        self._cluster_at = -1e9
+
+    # ---- reading Slurm ---------------------------------------------------------------------
+
+    def jobs(self, fresh: bool = False) -> dict[int, slurm_states.SlurmJob]:
+        """Every job Slurm lists (finished ones stay for MinJobAge), cached ``query_cache_s``."""
+        with self._lock:
+            if fresh or time.monotonic() - self._jobs_at >= self.settings.query_cache_s:
+                asked = time.monotonic()
+                payload = query_json(["squeue", "--json"])
+                self._jobs = slurm_states.parse_jobs(payload)
+                self._jobs_meta = {
+                    j["job_id"]: j for j in payload.get("jobs") or [] if "job_id" in j
+                }
+                self._jobs_at = self._jobs_asked = asked
+            return self._jobs
+
+    def cluster(self, fresh: bool = False) -> slurm_inventory.Cluster:
+        with self._lock:
+            stale = time.monotonic() - self._cluster_at >= CLUSTER_CACHE_S
+            if fresh or self._cluster is None or stale:
+                self._cluster = slurm_inventory.parse_nodes(query_json(["sinfo", "--json"]))
+                self._cluster_at = time.monotonic()
+            return self._cluster
+
+    def inventory(self) -> list[NodeDef] | None:
+        try:
+            # Fresh: read before each scheduler pass, and a node that went down a moment ago
+            # must not get the retry of the run it just lost.
+            return slurm_inventory.inventory(self.cluster(fresh=True), self.settings)
+        except (SlurmError, ValueError):
+            log.warning("could not read Slurm's nodes", exc_info=True)
+            return None
+
+    def check_pools(self, pools: list[Pool]) -> None:
+        try:
+            cluster = self.cluster()
+        except SlurmError:
+            if self._cluster is None:
+                return  # Slurm cannot say now: the run queues, and its start will tell
+            cluster = self._cluster  # the controller is restarting: its partitions remain
+        slurm_inventory.check_pools(pools, cluster, self.settings)
+
+    def _components(self, job_id: int) -> list[slurm_states.SlurmJob]:
+        """The job and, for a heterogeneous job, every component of it."""
+        jobs = self.jobs()
+        submitted = self._submitted.get(job_id)
+        if job_id not in jobs and submitted is not None and self._jobs_asked <= submitted:
+            jobs = self.jobs(fresh=True)  # that answer was asked before this job existed
+        meta = self._jobs_meta
+        found = [
+            j
+            for j in jobs.values()
+            if j.job_id == job_id or meta.get(j.job_id, {}).get("het_job_id") == job_id
+        ]
+        return sorted(found, key=lambda j: j.job_id)
+
+    def pending_reason(self, ref: str) -> str | None:
+        try:
+            parts = self._components(parse_ref(ref)[0])
+        except SlurmError:
+            return None
+        return next((j.pending_reason for j in parts if j.pending_reason), None)
+
+    def is_alive(self, ref: str) -> bool:
+        job_id, rank = parse_ref(ref)
+        parts = self._components(job_id)  # raises when Slurm cannot answer: nothing is judged
+        if any(j.alive for j in parts):
+            return True
+        if parts and rank is not None:
+            self._record_ending(job_id, rank, parts)
+        return False
+
+    def _record_ending(self, job_id: int, rank: int, parts: list[slurm_states.SlurmJob]) -> None:
+        """Write the exit record a runner killed with its job could not write (never overwrite)."""
+        worst = next((j for j in parts if j.state in ("NODE_FAIL", "BOOT_FAIL")), None)
+        worst = worst or next((j for j in parts if j.state != "COMPLETED"), parts[0])
+        end = slurm_states.ending(worst.state, worst.exit_code, worst.signal)
+        meta = self._jobs_meta.get(job_id, {})
+        attempt, workdir = (
+            _attempt_of(str(meta.get("name", ""))),
+            meta.get("current_working_directory"),
+        )
+        if end.lost or attempt is None or not workdir:
+            return
+        path = RunLayout(Path(workdir).parent).exit_record(attempt, rank)
+        record = {
+            "exit_code": end.exit_code,
+            "end_reason": end.end_reason.value if end.end_reason else None,
+            "at": time.time(),
+            "slurm_state": worst.state,
+        }
+        _create_once(path, record)
+
+    # ---- acting ----------------------------------------------------------------------------
+
+    def start_attempt(
+        self, job_name: str, nodes: list[NodeLaunch], pools: list[Pool], image: str
+    ) -> dict[int, str]:
+        existing = self._live_job_named(job_name)
+        if existing is not None:  # submitted by a server that died before recording it
+            log.info("%s is already Slurm job %s: not submitted again", job_name, existing)
+            return {n.rank: f"{PREFIX}{existing}:{n.rank}" for n in nodes}
+        script = slurm_compile.compile_batch(self.batch_job(job_name, nodes, pools, image))
+        out = run_cli(slurm_compile.sbatch_argv(), stdin=script)
+        job_id = int(out.strip().split(";")[0])
+        self._submitted[job_id] = time.monotonic()  # a squeue asked before now cannot list it
+        return {n.rank: f"{PREFIX}{job_id}:{n.rank}" for n in nodes}
+
+    def _live_job_named(self, name: str) -> int | None:
+        """The id of a job of this name Slurm still holds (pending or running), or None."""
+        # squeue's text mode filters by name (its --json answer lists every job): cheap.
+        out = run_cli(["squeue", "--noheader", f"--name={name}", "--format=%i %T"])
+        for line in out.splitlines():
+            job, _, state = line.partition(" ")
+            job = job.split("+")[0]  # a heterogeneous job's components are <id>+<offset>
+            if job.isdigit() and state.strip() in slurm_states.LIVE:
+                return int(job)
+        return None
+
+    def batch_job(
+        self, name: str, nodes: list[NodeLaunch], pools: list[Pool], image: str
+    ) -> slurm_compile.BatchJob:
+        ordered = sorted(nodes, key=lambda n: n.rank)
+        components = []
+        for pool in pools:
+            mine = [n for n in ordered if n.pool == pool.name]
+            if not mine:
+                continue
+            target = self.settings.target(pool.series)
+            components.append(
+                slurm_compile.Component(
+                    partition=target.partition,
+                    gres_type=target.gres_type,
+                    gpus_per_node=pool.gpus_per_node,
+                    nodes=[n.node for n in mine],
+                    bindings=[str(n.binding_path) for n in mine],
+                )
+            )
+        s = self.settings
+        return slurm_compile.BatchJob(
+            job_name=name,
+            log_path=str(ordered[0].log_path),
+            workdir=str(ordered[0].binding_path.parent),
+            components=components,
+            runner=self.runner,
+            signal_before_s=s.signal_before_s,
+            time_limit=s.time_limit,
+            image=image,
+            pyxis=s.pyxis,
+            mounts=self.mounts,
+            extra_args=list(s.sbatch_args),
+        )
+
+    def start(self, binding_path: Path, log_path: Path) -> str:
+        raise SlurmError("the Slurm executor starts whole attempts (start_attempt), not nodes")
+
+    def stop(self, ref: str, grace_s: float) -> None:
+        job_id, _ = parse_ref(ref)
+        with self._stop_lock:  # every node of an attempt names the same job: stop it once
+            if job_id in self._stopping:
+                return
+            self._stopping.add(job_id)
+        thread = threading.Thread(target=self._stop, args=(job_id, grace_s), daemon=True)
+        thread.start()
+
+    def _stop(self, job_id: int, grace_s: float) -> None:
+        try:
+            self._stop_job(job_id, grace_s)
+        finally:
+            with self._stop_lock:
+                self._stopping.discard(job_id)
+
+    def _stop_job(self, job_id: int, grace_s: float) -> None:
+        try:
+            # The steps only (the runners): they checkpoint and exit, and the job ends with them.
+            run_cli(["scancel", "--signal=TERM", str(job_id)])
+        except SlurmError:  # a pending job cannot be signalled: cancel it outright
+            self._cancel(job_id)
+            return
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            try:
+                if not any(j.alive for j in self._components(job_id)):
+                    return
+            except SlurmError:
+                pass
+            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        self._cancel(job_id)
+
+    def kill(self, ref: str) -> None:
+        job_id, _ = parse_ref(ref)
+        with contextlib.suppress(SlurmError):  # a pending job has nothing to signal
+            run_cli(["scancel", "--signal=KILL", "--full", str(job_id)])
+        self._cancel(job_id)
+
+    def _cancel(self, job_id: int) -> None:
+        try:
+            run_cli(["scancel", str(job_id)])
+        except SlurmError:
+            log.warning("could not cancel Slurm job %s", job_id, exc_info=True)
+        self._jobs_at = -1e9
+
+    def adopt(self, record: dict[str, object]) -> str | None:
+        job_id, rank = record.get("slurm_job_id"), record.get("node_rank")
+        if not isinstance(job_id, int) or not isinstance(rank, int):
+            return None
+        try:
+            alive = any(j.alive for j in self._components(job_id))
+        except SlurmError:
+            return None
+        return f"{PREFIX}{job_id}:{rank}" if alive else None
+
+
+def _create_once(path: Path, record: dict[str, Any]) -> None:
+    """Write ``record`` at ``path`` unless a file is there (the runner's own record wins)."""
+    if path.exists():
+        return
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".slurm-exit.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(record, fh)
+        os.link(tmp, path)  # fails if the runner wrote its record meanwhile
+    except FileExistsError:
+        pass
+    except OSError:
+        log.warning("could not write %s", path, exc_info=True)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
