@@ -58,12 +58,34 @@ def server_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     os.environ.pop("STARFORGE_SERVER", None)
     assert main(["server", "start"]) == 0
     yield home
+    stop_every_run()  # runners outlive their server by design: a test must not leave one behind
     main(["server", "stop"])
     for key, value in saved.items():
         if value is None:
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+def stop_every_run(limit_s: float = 120.0) -> None:
+    """Stop the runs of this home's server that still hold an executor, and wait until none do."""
+    from starforge.cli.connect import connect
+    from starforge.contract.errors import ServerUnreachable
+
+    active = {"starting", "running", "stopping", "pausing"}
+    try:
+        client = connect(start=False)
+    except ServerUnreachable:  # a test stopped its server itself
+        return
+    with client:
+        for run in client.list_runs(limit=1000).runs:
+            if run.status.value in active | {"queued"}:
+                client.stop(run.run_id)
+        deadline = time.monotonic() + limit_s
+        while any(r.status.value in active for r in client.list_runs(limit=1000).runs):
+            if time.monotonic() > deadline:
+                raise AssertionError("runs still active after being stopped")
+            time.sleep(0.2)
 
 
 @pytest.fixture
