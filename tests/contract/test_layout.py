@@ -34,13 +34,14 @@ def test_one_run_has_the_documented_layout_under_its_root() -> None:
         "events spool": run.events_spool(2, 1),
     }
     r = "runs/alice/lab/grpo/r-0123456789"
+    work = f"{r}/work"
     assert {k: v.relative_to(ROOT).as_posix() for k, v in named.items()} == {
         "beacon": "control-plane.json",
         "blob": f"blobs/sha256/ab/{'c' * 62}",
         "dataset": "cache/datasets/alice/gsm8k/v1",
         "run": r,
-        "work": f"{r}/work",
-        "unpacked": f"{r}/work/.starforge-unpacked.json",
+        "work": work,
+        "unpacked": f"{work}/.starforge-unpacked.json",
         "out": f"{r}/out",
         "report_spool": f"{r}/out/.starforge/report-spool",
         "log node 0": f"{r}/logs/attempt-2.log",

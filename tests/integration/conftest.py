@@ -11,9 +11,12 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from starforge.cli.main import main
 from starforge.project import experiments, lab
@@ -50,21 +53,33 @@ def _module_database(databases: Databases | None) -> Iterator[None]:
     databases.drop(url)
 
 
-@pytest.fixture(scope="module")
-def server_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    home = tmp_path_factory.mktemp("sf-home")
+@contextmanager
+def embedded_server(home: Path, settings: dict[str, Any] | None = None) -> Iterator[Path]:
+    """``sf server start`` in ``home`` (with ``settings`` as its server.yaml) for the block; at
+    the end its runs are stopped (runners outlive their server by design: a test must not leave
+    one behind), the server is stopped and the environment restored."""
+    if settings is not None:
+        (home / "server.yaml").write_text(yaml.safe_dump(settings))
     saved = {k: os.environ.get(k) for k in ("STARFORGE_HOME", "STARFORGE_SERVER")}
     os.environ["STARFORGE_HOME"] = str(home)
     os.environ.pop("STARFORGE_SERVER", None)
     assert main(["server", "start"]) == 0
-    yield home
-    stop_every_run()  # runners outlive their server by design: a test must not leave one behind
-    main(["server", "stop"])
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    try:
+        yield home
+    finally:
+        stop_every_run()
+        main(["server", "stop"])
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@pytest.fixture(scope="module")
+def server_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    with embedded_server(tmp_path_factory.mktemp("sf-home")) as home:
+        yield home
 
 
 def stop_every_run(limit_s: float = 120.0) -> None:

@@ -25,14 +25,13 @@ from typing import Any, ClassVar
 
 import httpx
 import pytest
-import yaml
 
 from starforge.cli.main import main
 from starforge.client import config
 from starforge.project import experiments
 from starforge.project.lab import Lab
 from tests.conftest import Result, commit_all
-from tests.integration.conftest import wait_for
+from tests.integration.conftest import embedded_server, wait_for
 
 pytestmark = pytest.mark.integration
 IMAGE = "registry.example/train:v1"
@@ -52,20 +51,11 @@ TRL_ARGS = [
 @pytest.fixture(scope="module")
 def server_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """This module's own server: fast heartbeats, so a lost runner is noticed in seconds."""
-    home = tmp_path_factory.mktemp("sf-home")
-    settings = {"heartbeat_s": 0.5, "lost_after_s": 4, "stop_grace_s": 30, "pause_grace_s": 60}
-    (home / "server.yaml").write_text(yaml.safe_dump(settings))
-    saved = {k: os.environ.get(k) for k in ("STARFORGE_HOME", "STARFORGE_SERVER")}
-    os.environ["STARFORGE_HOME"] = str(home)
-    os.environ.pop("STARFORGE_SERVER", None)
-    assert main(["server", "start"]) == 0
-    yield home
-    main(["server", "stop"])
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    with embedded_server(
+        tmp_path_factory.mktemp("sf-home"),
+        {"heartbeat_s": 0.5, "lost_after_s": 4, "stop_grace_s": 30, "pause_grace_s": 60},
+    ) as home:
+        yield home
 
 
 # ---- helpers ----------------------------------------------------------------------------------

@@ -9,21 +9,18 @@ run ends and never asserts on durations.
 
 from __future__ import annotations
 
-import os
 import stat
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
-from starforge.cli.main import main
 from starforge.client import config
 from starforge.project import experiments
 from starforge.project.lab import Lab
 from tests.conftest import Result, commit_all
-from tests.integration.conftest import wait_for
+from tests.integration.conftest import embedded_server, wait_for
 
 pytestmark = pytest.mark.integration
 IMAGE = "registry.example/train:v1"
@@ -39,19 +36,8 @@ ENDED = {"succeeded", "failed", "stopped"}
 
 @pytest.fixture(scope="module")
 def server_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    home = tmp_path_factory.mktemp("sf-users")
-    (home / "server.yaml").write_text(yaml.safe_dump({"inventory": INVENTORY}))
-    saved = {k: os.environ.get(k) for k in ("STARFORGE_HOME", "STARFORGE_SERVER")}
-    os.environ["STARFORGE_HOME"] = str(home)
-    os.environ.pop("STARFORGE_SERVER", None)
-    assert main(["server", "start"]) == 0
-    yield home
-    main(["server", "stop"])
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    with embedded_server(tmp_path_factory.mktemp("sf-users"), {"inventory": INVENTORY}) as home:
+        yield home
 
 
 @pytest.fixture

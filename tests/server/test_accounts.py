@@ -23,7 +23,7 @@ from starforge.server.settings import Settings
 
 from .factories import FakeExecutor
 
-ROOT = "root-token"
+ROOT = "chief-token"
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -38,8 +38,8 @@ def client(settings: Settings, executor: FakeExecutor) -> Iterator[TestClient]:
     with TestClient(app, base_url="http://testserver" + API_PREFIX) as c:
         rt: Runtime = app.state.runtime
         with rt.transaction() as session:
-            users.ensure_user(session, "root", ROOT)
-            users.make_admin(session, "root")
+            users.ensure_user(session, "chief", ROOT)
+            users.make_admin(session, "chief")
         yield c
 
 
@@ -92,12 +92,12 @@ def test_a_revoked_or_expired_token_and_a_disabled_user_are_refused(client: Test
 
 
 def test_the_last_enabled_admin_cannot_be_demoted_or_disabled(client: TestClient) -> None:
-    demote = client.put("/users/root/role", json={"role": "member"}, headers=bearer(ROOT))
+    demote = client.put("/users/chief/role", json={"role": "member"}, headers=bearer(ROOT))
     assert demote.status_code == 400 and "last enabled admin" in demote.json()["message"]
-    disable = client.post("/users/root/disable", headers=bearer(ROOT))
+    disable = client.post("/users/chief/disable", headers=bearer(ROOT))
     assert disable.status_code == 400
     add(client, "ada", "admin")
-    demoted = client.put("/users/root/role", json={"role": "member"}, headers=bearer(ROOT))
+    demoted = client.put("/users/chief/role", json={"role": "member"}, headers=bearer(ROOT))
     assert demoted.json()["role"] == "member"
 
 
@@ -116,22 +116,22 @@ def test_the_0009_upgrade_moves_each_users_token_and_makes_users_members(tmp_pat
         conn.exec_driver_sql(
             "INSERT INTO users (name, token_sha256, created_at, role) VALUES "
             "('alice', ?, '2025-01-01 00:00:00', 'user'), "
-            "('root', ?, '2025-01-01 00:00:00', 'admin')",
-            (users.token_digest("alice-token"), users.token_digest("root-token")),
+            "('chief', ?, '2025-01-01 00:00:00', 'admin')",
+            (users.token_digest("alice-token"), users.token_digest("chief-token")),
         )
     migrate(engine)
     with make_sessions(engine)() as session:
         assert users.authenticate(session, "Bearer alice-token").role.value == "member"
-        assert users.authenticate(session, "Bearer root-token").role.value == "admin"
+        assert users.authenticate(session, "Bearer chief-token").role.value == "admin"
         rows = session.scalars(select(User).order_by(User.name)).all()
         assert [(u.name, u.disabled, [t.name for t in u.tokens]) for u in rows] == [
             ("alice", False, ["default"]),
-            ("root", False, ["default"]),
+            ("chief", False, ["default"]),
         ]
     command.downgrade(alembic_config(engine), "0008_user_blobs")  # and back, tokens kept
     with engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT name, token_sha256, role FROM users").all() == [
             ("alice", users.token_digest("alice-token"), "user"),
-            ("root", users.token_digest("root-token"), "admin"),
+            ("chief", users.token_digest("chief-token"), "admin"),
         ]
     engine.dispose()

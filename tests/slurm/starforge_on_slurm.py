@@ -8,7 +8,6 @@ a run's job (``squeue --json``), which the tests compare with what StarForge say
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -18,12 +17,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from starforge.cli.main import main
 from starforge.project import experiments
 from starforge.project.lab import Lab
 from tests.conftest import Result, commit_all
+from tests.integration.conftest import embedded_server
 from tests.slurm.conftest import wait_for
 
 IMAGE = "registry.example/train:v1"
@@ -52,20 +49,8 @@ echo released
 def slurm_server(home: Path, settings: dict[str, Any]) -> Iterator[Path]:
     """A StarForge server on Slurm in ``home``, for the duration of the block."""
     home.mkdir(parents=True, exist_ok=True)
-    (home / "server.yaml").write_text(yaml.safe_dump({"executor": "slurm", **settings}))
-    saved = {k: os.environ.get(k) for k in ("STARFORGE_HOME", "STARFORGE_SERVER")}
-    os.environ["STARFORGE_HOME"] = str(home)
-    os.environ.pop("STARFORGE_SERVER", None)
-    assert main(["server", "start"]) == 0
-    try:
-        yield home
-    finally:
-        main(["server", "stop"])
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    with embedded_server(home, {"executor": "slurm", **settings}) as started:
+        yield started
 
 
 def gated_lab(
