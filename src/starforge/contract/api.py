@@ -123,6 +123,8 @@ class RunView(Contract):
     profiles: list[str]
     pools: list[Pool] = Field(default_factory=list)
     gpus: int = 0
+    image: str = ""  # what the run runs (IMAGE@sha256:... where the server pinned a digest)
+    image_source: str = ""  # which rule chose it: flag|framework-default|runtime-registry|catalog
     git_commit: str = ""
     git_dirty: bool = False
     created_at: datetime
