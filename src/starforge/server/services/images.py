@@ -156,8 +156,10 @@ def admit_image(
         return AdmittedImage()
     check_allowed(resolved.ref, entries)
     if settings.containers_mode() == "none":
+        # Said only of an image the user asked for; a catalog default unused is no news.
         note = f"image {resolved.ref} will not be used: this server runs jobs on the host"
-        return AdmittedImage(ref=resolved.ref, source=resolved.source, warnings=[note])
+        warnings = [note] if resolved.source is ImageSource.FLAG else []
+        return AdmittedImage(ref=resolved.ref, source=resolved.source, warnings=warnings)
     image = parse_image(resolved.ref)
     digest = registry.resolve_digest(
         image, insecure=settings.insecure_registries, timeout_s=settings.registry_timeout_s
