@@ -27,10 +27,11 @@ from starforge.catalog.loader import get_method
 from starforge.contract.api import API_PREFIX, SubmitResponse
 from starforge.contract.auth import Role
 from starforge.contract.errors import Rejected
+from starforge.server import registry as registry_api
 from starforge.server.app import create_app
 from starforge.server.db.models import Run, User
 from starforge.server.runtime import Runtime, build_runtime
-from starforge.server.services import blobs, images, jobs
+from starforge.server.services import blobs, dispatch, images, jobs
 from starforge.server.settings import load_settings
 from tests.server.factories import (
     INVENTORY,
@@ -260,3 +261,28 @@ def test_a_framework_default_set_by_an_admin_is_the_image_a_run_gets(
         entries=[],
     )
     assert (got.ref, got.source) == (f"{registry}/lab/trl-default@{digest}", "framework-default")
+
+
+def test_the_executor_is_handed_the_pinned_digest_not_the_tag(rt: Runtime, registry: str) -> None:
+    digest = push(registry, "lab/handed", "1")
+    run_id = submit(rt, image=f"{registry}/lab/handed:1").run_id
+    push(registry, "lab/handed", "1")  # retagged before placement
+    [order] = dispatch.schedule_pass(rt)
+    assert order.run_id == run_id and order.image == f"{registry}/lab/handed@{digest}"
+
+
+@pytest.mark.parametrize(
+    ("registry_host", "insecure", "scheme"),
+    [
+        ("127.0.0.1:5000", [], "http"),
+        ("localhost:5000", [], "http"),
+        ("[::1]:5000", [], "http"),
+        ("ghcr.io", [], "https"),
+        ("registry.lab:5000", ["registry.lab:5000"], "http"),
+        ("docker.io", [], "https"),
+    ],
+)
+def test_loopback_and_listed_insecure_registries_are_spoken_to_over_plain_http(
+    registry_host: str, insecure: list[str], scheme: str
+) -> None:
+    assert registry_api.base_url(registry_host, insecure).startswith(f"{scheme}://")

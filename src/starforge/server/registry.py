@@ -30,8 +30,10 @@ _API_HOST = {"docker.io": "registry-1.docker.io"}
 
 
 def is_loopback(registry: str) -> bool:
-    host = registry.rsplit(":", 1)[0] if registry.count(":") == 1 else registry
-    host = host.strip("[]")
+    if registry.startswith("["):  # [::1]:5000
+        host = registry[1:].split("]", 1)[0]
+    else:
+        host = registry.rsplit(":", 1)[0] if registry.count(":") == 1 else registry
     if host == "localhost":
         return True
     try:
