@@ -28,6 +28,7 @@ from starforge.contract.api import API_PREFIX, SubmitResponse
 from starforge.contract.auth import Role
 from starforge.contract.errors import Rejected
 from starforge.server import registry as registry_api
+from starforge.server import settings as server_settings
 from starforge.server.app import create_app
 from starforge.server.db.models import Run, User
 from starforge.server.runtime import Runtime, build_runtime
@@ -286,3 +287,23 @@ def test_loopback_and_listed_insecure_registries_are_spoken_to_over_plain_http(
     registry_host: str, insecure: list[str], scheme: str
 ) -> None:
     assert registry_api.base_url(registry_host, insecure).startswith(f"{scheme}://")
+
+
+@pytest.fixture
+def no_podman(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A machine where podman cannot be found (the once-per-process probe asked afresh)."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    server_settings._podman_works.cache_clear()
+    yield
+    server_settings._podman_works.cache_clear()
+
+
+@pytest.mark.usefixtures("no_podman")
+def test_a_server_that_requires_containers_without_podman_refuses_an_image(
+    tmp_path: Path,
+) -> None:
+    rt = _runtime(tmp_path, "required")
+    with pytest.raises(Rejected, match=r"requires containers .* podman does not work"):
+        submit(rt, image="registry.example/train:v1")
+    assert _runs(rt) == 0
+    rt.engine.dispose()

@@ -254,6 +254,10 @@ class Settings(BaseSettings):
             return self.containers
         return "podman" if _podman_works() else "none"
 
+    def containers_unavailable(self) -> bool:
+        """``containers: required`` on a machine where podman does not work."""
+        return self.containers_mode() == "required" and not _podman_works()
+
     def job_isolation(self) -> tuple[str, str]:
         """(the user jobs run as, "" for the server's own; a warning when they are not isolated).
 

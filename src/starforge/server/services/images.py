@@ -155,6 +155,14 @@ def admit_image(
     if resolved is None:
         return AdmittedImage()
     check_allowed(resolved.ref, entries)
+    if settings.containers_unavailable():
+        raise Rejected(
+            f"image {resolved.ref}: this server requires containers (containers: required) but "
+            "podman does not work on it",
+            hint="an admin makes `podman info` work on the server (scripts/podman.sh), or sets "
+            "containers: podman|none in server.yaml",
+            details={"image": resolved.ref, "containers": "required"},
+        )
     if settings.containers_mode() == "none":
         # Said only of an image the user asked for; a catalog default unused is no news.
         note = f"image {resolved.ref} will not be used: this server runs jobs on the host"
