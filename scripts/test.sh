@@ -34,6 +34,20 @@ if ! bash scripts/postgres.sh url >/dev/null 2>&1; then
     bash scripts/postgres.sh start >/dev/null
 fi
 # --- end PostgreSQL
+# --- Registry: a local OCI registry (scripts/registry.sh, Debian's docker-registry on 127.0.0.1)
+# for tests/containers. Started here and stopped on exit unless it was already running. Under CI a
+# containers test fails, never skips, when the registry cannot be reached.
+registry_started_here=0
+stop_registry() { if [[ $registry_started_here -eq 1 ]]; then bash scripts/registry.sh stop; fi; }
+registry_previous_trap=$(trap -p EXIT | sed -E "s/^trap -- '(.*)' EXIT$/\1/")
+trap "stop_registry; ${registry_previous_trap}" EXIT
+if ! bash scripts/registry.sh status >/dev/null 2>&1; then
+    registry_started_here=1
+    bash scripts/registry.sh start >/dev/null
+fi
+STARFORGE_TEST_REGISTRY=$(bash scripts/registry.sh url)
+export STARFORGE_TEST_REGISTRY
+# --- end Registry
 set +e
 .venv/bin/python -m pytest "$@"
 code=$?

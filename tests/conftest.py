@@ -17,6 +17,10 @@ from starforge.project import experiments, lab
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Jobs run on the host unless a test asks for containers itself (``containers="podman"`` in its
+# settings, which outranks the environment): the suite's images live in no registry, so a
+# machine that has podman must not make every submission resolve a digest.
+os.environ.setdefault("STARFORGE_CONTAINERS", "none")
 
 # Property tests run on loaded CI machines and laptops: time is not what they test, so no
 # deadline and no "too slow" health check (a busy machine failed them). HYPOTHESIS_PROFILE=dev

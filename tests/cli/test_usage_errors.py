@@ -30,8 +30,8 @@ def test_an_unknown_command_keeps_the_did_you_mean(sf: Callable[..., Result]) ->
 
 
 def test_an_unknown_subcommand_names_its_group(sf: Callable[..., Result]) -> None:
-    got = sf("admin", "registry")
-    assert "No such command 'registry'" in one_line_usage_error(got)
+    got = sf("admin", "mirror")
+    assert "No such command 'mirror'" in one_line_usage_error(got)
     assert "`sf admin --help`" in got.err
 
 

@@ -42,6 +42,7 @@ def test_a_two_node_custom_run_has_one_plan_per_node_with_its_rank(
     assert ranks == [(0, "0", "2"), (1, "1", "2")]
     assert plan["plans"][0]["argv"][0] == "bash"
     assert plan["spec"]["image"] == "reg.example/t:1"
+    assert (plan["image"]["ref"], plan["image"]["source"]) == ("reg.example/t:1", "flag")
 
 
 def test_a_trl_dry_run_shows_overrides_reaching_the_trainer_arguments(
@@ -76,5 +77,7 @@ def test_a_trl_dry_run_shows_overrides_reaching_the_trainer_arguments(
     assert node["env"]["FORGE_CONFIG"] == path
     assert "learning_rate: 0.005" in content
     assert "output_dir: <storage>/runs/" in content
+    assert plan["image"]["source"] == "catalog"  # no --image: the catalog's, unless the server's
+    assert "framework default" in plan["image"]["note"]
     runs = sf("job", "ls", "--json").json()
     assert runs == []  # nothing was submitted

@@ -64,6 +64,7 @@ def cluster(pg_url: str, tmp_path: Path) -> Iterator[tuple[list[Server], Path]]:
     engine.dispose()
     starts = tmp_path / "starts.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("STARFORGE_")}
+    env["STARFORGE_CONTAINERS"] = "none"  # jobs on the host: the images live in no registry
     env["SF_TEST_STARTS"] = str(starts)
     servers = []
     for name in ("a", "b"):

@@ -41,6 +41,7 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in list(os.environ):
         if key.startswith("STARFORGE_"):
             monkeypatch.delenv(key)
+    monkeypatch.setenv("STARFORGE_CONTAINERS", "none")  # jobs on the host (no registry)
 
 
 @pytest.fixture
@@ -99,6 +100,7 @@ class Live:
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     home = tmp_path_factory.mktemp("sec-home")
     env = {k: v for k, v in os.environ.items() if not k.startswith("STARFORGE_")}
+    env["STARFORGE_CONTAINERS"] = "none"  # jobs on the host: the images live in no registry
     rt = build_runtime(load_settings(home))
     add_users(rt)
     rt.engine.dispose()

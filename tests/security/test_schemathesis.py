@@ -49,6 +49,7 @@ class Served:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     home = tmp_path_factory.mktemp("fuzz-home")
     env = {k: v for k, v in os.environ.items() if not k.startswith("STARFORGE_")}
+    env["STARFORGE_CONTAINERS"] = "none"  # jobs on the host: the images live in no registry
     log = (home / "stdout.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "starforge.server", "--home", str(home), "--port", "0"],

@@ -27,6 +27,9 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in list(os.environ):
         if key.startswith("STARFORGE_"):
             monkeypatch.delenv(key)
+    # Jobs run on the host (a test that wants containers says so in its settings): these tests'
+    # images live in no registry, so a machine with podman must not resolve their digests.
+    monkeypatch.setenv("STARFORGE_CONTAINERS", "none")
 
 
 @pytest.fixture(autouse=True)

@@ -97,7 +97,11 @@ class Cell:
 def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     home = tmp_path_factory.mktemp("authz") / "home"
     return load_settings(
-        home, inventory=INVENTORY, profiles=PROFILES, url="http://127.0.0.1:9999", embedded=False
+        home,
+        inventory=INVENTORY,
+        profiles=PROFILES,
+        url="http://127.0.0.1:9999",
+        embedded=False,
     )
 
 
@@ -139,11 +143,13 @@ def new_cell(rt: Runtime, role: Role | None, whose: str) -> Cell:
 def call(client: TestClient, method: str, path: str, cell: Cell, submit: dict[str, Any]) -> int:
     digest = hashlib.sha256(BLOB).hexdigest()
     ref = "default" if path.startswith(f"{API_PREFIX}/tokens/") else cell.run_id
-    url = path.format(ref=ref, run_id=cell.run_id, sha256=digest, name=cell.other)
+    url = path.format(ref=ref, run_id=cell.run_id, sha256=digest, name=cell.other, framework="trl")
     bodies: dict[str, dict[str, Any]] = {
         "POST /jobs": {**submit, "idempotency_key": f"key-{next(_ids):08d}"},
         "POST /blobs/missing": {"digests": [digest]},
         "PUT /admin/quotas/{name}": {"max_runs": 2},
+        "PUT /admin/images/defaults/{framework}": {"ref": "ghcr.io/lab/trl:1"},
+        "PUT /admin/registries": {"entry": "ghcr.io/lab", "allowed": True},
         "POST /users": {"name": f"new-{next(_ids)}", "role": "member"},
         "PUT /users/{name}/role": {"role": "viewer"},
         "POST /tokens": {},

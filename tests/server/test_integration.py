@@ -52,6 +52,7 @@ class Server:
 
 def start_server(home: Path) -> Server:
     env = {k: v for k, v in os.environ.items() if not k.startswith("STARFORGE_")}
+    env["STARFORGE_CONTAINERS"] = "none"  # jobs on the host: the images live in no registry
     env["STARFORGE_JOB_USER"] = ""  # jobs as this user: `nobody` cannot enter pytest's tmp dirs
     info = home / "server" / "server.json"
     with open(home / "stderr.log", "ab") as err:

@@ -1,4 +1,5 @@
-"""``sf admin user add|ls|set-role|disable|enable`` and ``sf admin quota show|set``.
+"""``sf admin user add|ls|set-role|disable|enable``, ``sf admin quota show|set``, ``sf admin image
+default|ls`` and ``sf admin registry allow|deny|ls``.
 
 Only admins may call these; on the embedded server the local user is the admin. A new user's
 first token is printed once (``--json`` gives it as ``token``). A user an admin never set a quota
@@ -20,6 +21,7 @@ from starforge.cli.output import JsonOpt, out
 if TYPE_CHECKING:
     from starforge.contract.api import UserQuota
     from starforge.contract.auth import UserView
+    from starforge.contract.images import ImageAdmin
 
 app = typer.Typer(help="Administer the control plane (admins only).", no_args_is_help=True)
 quota_app = typer.Typer(
@@ -29,8 +31,18 @@ quota_app = typer.Typer(
 user_app = typer.Typer(
     help="Users and their roles: viewer, member, operator, admin.", no_args_is_help=True
 )
+image_app = typer.Typer(
+    help="Default images per framework (the second rule of the image resolution order).",
+    no_args_is_help=True,
+)
+registry_app = typer.Typer(
+    help="The registry allowlist: images only from these registries (none listed: any).",
+    no_args_is_help=True,
+)
 app.add_typer(user_app, name="user")
 app.add_typer(quota_app, name="quota")
+app.add_typer(image_app, name="image")
+app.add_typer(registry_app, name="registry")
 NONE = "none"
 _SERIES_LIMIT = re.compile(r"^(?P<series>[A-Za-z0-9][A-Za-z0-9._-]*)=(?P<n>\d+|none)$")
 
@@ -291,3 +303,99 @@ def user_enable(
     Example: sf admin user enable alice
     """
     _set_disabled(name, False, json_out)
+
+
+# ---- images and registries --------------------------------------------------------------------
+
+
+def _show_images(found: ImageAdmin) -> None:
+    out.data(found.model_dump(mode="json"))
+    rows = [[fw, ref, "admin"] for fw, ref in sorted(found.defaults.items())]
+    rows += [[rid, ref, "server.yaml"] for rid, ref in sorted(found.runtime_images.items())]
+    out.table(["FRAMEWORK / RUNTIME", "IMAGE", "SET IN"], rows)
+    out.line(f"containers: {found.containers}")
+
+
+def _show_registries(found: ImageAdmin) -> None:
+    out.data(found.model_dump(mode="json"))
+    out.table(["REGISTRY", "SET IN"], [[e.entry, e.source] for e in found.registries])
+    out.line(escape(found.summary))
+
+
+@image_app.command("default")
+def image_default(
+    framework: Annotated[str, typer.Argument(help="The framework, e.g. trl, verl, nemo-rl.")],
+    ref: Annotated[str, typer.Argument(help="The image; '' removes the default.")],
+    json_out: JsonOpt = False,
+) -> None:
+    """Set the image runs of a framework get when they name none (--image still wins).
+
+    Example: sf admin image default trl ghcr.io/my-lab/trl:1.16.0
+    """
+    from starforge.cli.connect import connect
+
+    out.set_json(json_out)
+    with connect() as client:
+        found = client.set_image_default(framework, ref)
+    _show_images(found)
+    out.success(f"{framework}: {ref or 'no default (the runtime registry or catalog decide)'}")
+
+
+@image_app.command("ls")
+def image_ls(json_out: JsonOpt = False) -> None:
+    """List the framework defaults (admins) and the runtime images (server.yaml).
+
+    Example: sf admin image ls
+    """
+    from starforge.cli.connect import connect
+
+    out.set_json(json_out)
+    with connect() as client:
+        _show_images(client.image_settings())
+
+
+@registry_app.command("allow")
+def registry_allow(
+    entry: Annotated[str, typer.Argument(help="HOST[:PORT][/PREFIX], e.g. ghcr.io/my-lab.")],
+    json_out: JsonOpt = False,
+) -> None:
+    """Allow images from a registry (or from a prefix of it).
+
+    Example: sf admin registry allow 127.0.0.1:5000/lab
+    """
+    from starforge.cli.connect import connect
+
+    out.set_json(json_out)
+    with connect() as client:
+        found = client.update_registry(entry, allowed=True)
+    _show_registries(found)
+
+
+@registry_app.command("deny")
+def registry_deny(
+    entry: Annotated[str, typer.Argument(help="An entry `sf admin registry ls` lists.")],
+    json_out: JsonOpt = False,
+) -> None:
+    """Remove an entry from the allowlist (the last one removed allows every registry again).
+
+    Example: sf admin registry deny 127.0.0.1:5000/lab
+    """
+    from starforge.cli.connect import connect
+
+    out.set_json(json_out)
+    with connect() as client:
+        found = client.update_registry(entry, allowed=False)
+    _show_registries(found)
+
+
+@registry_app.command("ls")
+def registry_ls(json_out: JsonOpt = False) -> None:
+    """List the allowed registries; with none, every registry is allowed.
+
+    Example: sf admin registry ls
+    """
+    from starforge.cli.connect import connect
+
+    out.set_json(json_out)
+    with connect() as client:
+        _show_registries(client.image_settings())

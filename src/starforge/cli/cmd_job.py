@@ -109,6 +109,7 @@ def status(run: RunArg = None, json_out: JsonOpt = False) -> None:
         ("reason", view.reason or "-"),
         ("profile", " ".join(view.profiles)),
         ("pools", pools or "-"),
+        ("image", f"{view.image} ({view.image_source})" if view.image else "-"),
         ("commit", view.git_commit + (" (dirty)" if view.git_dirty else "")),
         ("submitted", ago(view.created_at)),
         ("started", ago(view.started_at)),

@@ -168,6 +168,11 @@ def _print_dry_run(prepared: Prepared, user: str) -> None:
     out.line("[bold]resolved config[/bold]")
     out.line(escape(yaml.safe_dump(plan["config"], sort_keys=True).rstrip() or "{}"))
     out.line("\n[bold]parameters[/bold] " + escape(str(prepared.spec.hyperparams)))
+    image = plan["image"]
+    shown = f"{image['ref']} ({image['source']})" if image["ref"] else "none"
+    out.line(
+        "[bold]image[/bold] " + escape(shown + (f"; {image['note']}" if image["note"] else ""))
+    )
     out.line("\n[bold]pools[/bold]")
     out.table(
         ["POOL", "ROLES", "SERIES", "NODES", "GPUS/NODE"],

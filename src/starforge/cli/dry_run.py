@@ -14,6 +14,7 @@ from typing import Any
 from starforge.catalog.adapters import CompileContext, compile_plan
 from starforge.cli.submit_flow import Prepared
 from starforge.contract.env import Binding, job_env, make_binding
+from starforge.contract.images import ImageSource, resolve_image
 from starforge.contract.layout import StorageLayout
 
 RUN_ID = "r-dryrun0000"
@@ -87,4 +88,31 @@ def describe(prepared: Prepared, user: str) -> dict[str, Any]:
         "files": len(prepared.manifest.files),
         "bytes": prepared.manifest.total_bytes,
         "warnings": prepared.warnings,
+        "image": dry_run_image(prepared),
     }
+
+
+def dry_run_image(prepared: Prepared) -> dict[str, str]:
+    """The image as the client can tell it: ``--image``, else the catalog's. The server's own
+    rules (framework default, runtime registry) come before the catalog and the digest is pinned
+    at admission; ``sf job status`` shows what won."""
+    spec, method = prepared.spec, prepared.method
+    _, runtime = method.runtime_version(spec.method.framework_version or None)
+    found = resolve_image(
+        spec.image,
+        framework=method.framework,
+        runtime_id=runtime.runtime_id,
+        framework_defaults={},
+        runtime_images={},
+        catalog_image=runtime.image,
+    )
+    if found is None:
+        return {"ref": "", "source": "", "note": "no image: the job runs on the host"}
+    note = (
+        ""
+        if found.source is ImageSource.FLAG
+        else (
+            "the server's framework default or runtime registry, if set, replaces it at admission"
+        )
+    )
+    return {"ref": found.ref, "source": found.source.value, "note": note}

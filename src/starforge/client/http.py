@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from starforge import __version__
 from starforge.client.sse import EventStream
-from starforge.contract import api, auth
+from starforge.contract import api, auth, images
 from starforge.contract.base import Contract
 from starforge.contract.errors import ServerError, ServerUnreachable, from_wire
 
@@ -232,6 +232,20 @@ class Client:
         """Only the fields set on ``update`` are sent: the others keep their value."""
         body = update.model_dump(mode="json", exclude_unset=True)
         return api.UserQuota.read(self._send("PUT", f"/admin/quotas/{user}", json=body).content)
+
+    # ---- images (admins) -----------------------------------------------------------------------
+
+    def image_settings(self) -> images.ImageAdmin:
+        return self._get("/admin/images", images.ImageAdmin)
+
+    def set_image_default(self, framework: str, ref: str) -> images.ImageAdmin:
+        body = images.ImageDefaultUpdate(ref=ref).model_dump(mode="json")
+        sent = self._send("PUT", f"/admin/images/defaults/{framework}", json=body)
+        return images.ImageAdmin.read(sent.content)
+
+    def update_registry(self, entry: str, *, allowed: bool) -> images.ImageAdmin:
+        body = images.RegistryUpdate(entry=entry, allowed=allowed).model_dump(mode="json")
+        return images.ImageAdmin.read(self._send("PUT", "/admin/registries", json=body).content)
 
     # ---- users and tokens ---------------------------------------------------------------------
 

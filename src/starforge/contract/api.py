@@ -45,6 +45,7 @@ class ServerInfo(Contract):
     isolation: str = ""  # a warning when jobs are not isolated from the platform
     database: str = ""  # the database URL, its password hidden
     leader: bool = True  # whether this process runs the scheduler and reconciler
+    registries: str = ""  # the image allowlist in a line ("every registry is allowed" when none)
 
 
 class WhoAmI(Contract):
@@ -123,6 +124,8 @@ class RunView(Contract):
     profiles: list[str]
     pools: list[Pool] = Field(default_factory=list)
     gpus: int = 0
+    image: str = ""  # what the run runs (IMAGE@sha256:... where the server pinned a digest)
+    image_source: str = ""  # which rule chose it: flag|framework-default|runtime-registry|catalog
     git_commit: str = ""
     git_dirty: bool = False
     created_at: datetime

@@ -29,6 +29,7 @@ from starforge.server.api import (
     cluster,
     deps,
     errors,
+    images,
     ingest,
     lifecycle,
     meta,
@@ -123,6 +124,7 @@ def create_app(
         app.include_router(module.router, prefix=API_PREFIX, dependencies=gate)
     app.include_router(cluster.router, prefix=API_PREFIX, dependencies=gate)
     app.include_router(auth.router, prefix=API_PREFIX, dependencies=gate)
+    app.include_router(images.router, prefix=API_PREFIX, dependencies=gate)
     console.install(app)
     install_openapi(app)
     return app

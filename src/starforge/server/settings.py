@@ -15,6 +15,7 @@ Quotas: ``quota_defaults`` are the limits of every user an admin gave no quota o
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -181,6 +182,17 @@ class Settings(BaseSettings):
     console_token_ttl_s: float = Field(default=4 * 3600, gt=0, le=7 * 24 * 3600)
     # Absolute (shared) inputs are admitted only under one of these folders; empty: refused.
     shared_roots: list[Path] = Field(default_factory=list)
+    # Images (docs/images.md). ``containers``: podman runs jobs inside their image, none runs them
+    # on the host (no digest is resolved), required refuses runs when podman does not work; unset:
+    # podman if ``podman info`` works (probed once). ``runtime_images``: runtime id -> image, the
+    # third rule of the resolution order. ``allowed_registries`` (HOST[:PORT][/PREFIX]) adds to
+    # the admins' allowlist; both empty allows every registry. ``insecure_registries`` are spoken
+    # to over plain HTTP (loopback registries always are).
+    containers: Literal["podman", "none", "required"] | None = None
+    runtime_images: dict[str, str] = Field(default_factory=dict)
+    allowed_registries: list[str] = Field(default_factory=list)
+    insecure_registries: list[str] = Field(default_factory=list)
+    registry_timeout_s: float = Field(default=5.0, gt=0)
 
     @model_validator(mode="after")
     def _derive(self) -> Settings:
@@ -236,6 +248,16 @@ class Settings(BaseSettings):
         """The user jobs run as; "" for the server's own user."""
         return self.job_isolation()[0]
 
+    def containers_mode(self) -> Literal["podman", "none", "required"]:
+        """The container runtime in force: the setting, else podman where ``podman info`` works."""
+        if self.containers is not None:
+            return self.containers
+        return "podman" if _podman_works() else "none"
+
+    def containers_unavailable(self) -> bool:
+        """``containers: required`` on a machine where podman does not work."""
+        return self.containers_mode() == "required" and not _podman_works()
+
     def job_isolation(self) -> tuple[str, str]:
         """(the user jobs run as, "" for the server's own; a warning when they are not isolated).
 
@@ -257,6 +279,19 @@ class Settings(BaseSettings):
             f"jobs run as root, not isolated: {DEFAULT_JOB_USER!r} cannot enter {blocked}; set "
             "storage_root (and the Python install) in folders every user may enter, or job_user"
         )
+
+
+@functools.cache
+def _podman_works() -> bool:
+    """Whether ``podman info`` succeeds here; probed once per process (it takes ~0.1-1 s)."""
+    exe = shutil.which("podman")
+    if exe is None:
+        return False
+    try:
+        subprocess.run([exe, "info"], capture_output=True, timeout=20, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return True
 
 
 def _closed_folder(path: Path) -> Path | None:

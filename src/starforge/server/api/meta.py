@@ -11,6 +11,7 @@ from starforge.contract.api import ProfilesResponse, ServerInfo, WhoAmI
 from starforge.server.api.authz import PUBLIC, Reader, ReadSelf, authorize
 from starforge.server.api.deps import RuntimeDep
 from starforge.server.db.engine import describe_url
+from starforge.server.services import images
 
 router = APIRouter()
 
@@ -33,7 +34,18 @@ def info(rt: RuntimeDep) -> ServerInfo:
         isolation=isolation,
         database=describe_url(rt.settings.db_url),
         leader=rt.leader,
+        registries=_registries(rt),
     )
+
+
+def _registries(rt: RuntimeDep) -> str:
+    """The allowlist in a line; counted, not named (this route answers without a token)."""
+    with rt.transaction() as session:
+        entries = images.allowlist(session, rt.settings)
+    if not entries:
+        return images.allowlist_summary(entries)
+    noun = "registry" if len(entries) == 1 else "registries"
+    return f"{len(entries)} allowed {noun} (`sf admin registry ls`); others are refused"
 
 
 @router.get("/whoami", response_model=WhoAmI)

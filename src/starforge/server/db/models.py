@@ -120,6 +120,10 @@ class Run(Base):
     # NULL for a run admitted before it was kept (the runner composes it then).
     config: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), nullable=True)
     gpus: Mapped[int] = mapped_column(Integer, default=0)
+    # The image admission chose (pinned to a digest where the server resolved one) and the rule
+    # that chose it (contract.images.ImageSource); "" for a run without an image.
+    image: Mapped[str] = mapped_column(String(1200), default="", server_default="")
+    image_source: Mapped[str] = mapped_column(String(40), default="", server_default="")
     idempotency_key: Mapped[str] = mapped_column(String(128))
     run_token_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)  # runner's
     job_token_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)  # job's

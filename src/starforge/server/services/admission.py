@@ -33,6 +33,7 @@ from starforge.contract.jobspec import InputKind, JobSpec, Manifest
 from starforge.contract.profiles import Pool, parse_profile_args, resolve
 from starforge.contract.submission import INPUT_FLAGS, check_submission
 from starforge.server.services import scheduler
+from starforge.server.services.images import AdmittedImage
 from starforge.server.settings import NodeDef, ProfileDef
 from starforge.server.storage import Storage
 
@@ -46,6 +47,8 @@ class Admitted:
     pools: list[Pool]  # resolved once, the profile's env snapshotted in
     config: dict[str, Any]  # the experiment's config, composed once here; the runner reads it
     warnings: list[str] = field(default_factory=list)
+    image: str = ""  # the image the run runs (pinned to a digest where one was resolved)
+    image_source: str = ""  # which rule chose it (contract.images.ImageSource)
 
     @property
     def gpus(self) -> int:
@@ -210,11 +213,14 @@ def admit(
     quota: Quota | None = None,
     shared_roots: list[Path] | None = None,
     executor_check: Callable[[list[Pool]], None] | None = None,
+    image_check: Callable[[JobSpec, Method], AdmittedImage] | None = None,
 ) -> Admitted:
     """Check a submission end to end; raise the first problem found.
 
     ``executor_check`` rejects pools the executor can never place (Slurm: a series without a
-    partition), before the fit check so the rejection names the setting to change."""
+    partition), before the fit check so the rejection names the setting to change.
+    ``image_check`` (``services.images.admit_image``) resolves, allows and pins the run's image;
+    it runs last, as it may ask a registry over the network."""
     # The packer's sensitive-file policy again, whichever client wrote the manifest.
     sensitive.refuse_manifest(manifest, read_head=lambda digest: _blob_head(storage, digest))
     method, warnings = check_catalog(spec)
@@ -238,4 +244,9 @@ def admit(
             f"{len(spec.provenance.untracked)} untracked file(s) travelled with the "
             "run but are not in its commit"
         )
-    return Admitted(method=method, pools=pools, config=config, warnings=warnings)
+    admitted = Admitted(method=method, pools=pools, config=config, warnings=warnings)
+    if image_check is not None:
+        image = image_check(spec, method)
+        admitted.image, admitted.image_source = image.ref, str(image.source or "")
+        admitted.warnings.extend(image.warnings)
+    return admitted

@@ -178,6 +178,8 @@ def place_run(
         job_token=job_token,
     )
     image = str((run.spec or {}).get("image") or "")
+    if image and run.image:  # --image as admission pinned it (IMAGE@sha256:...): a retag is moot
+        image = run.image
     return StartOrder(run.id, number, starts, pools=pools, image=image)
 
 

@@ -9,6 +9,7 @@ race (the loser reads the winner's run).
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from typing import Any
@@ -33,7 +34,7 @@ from starforge.server import statemachine
 from starforge.server.db.models import Attempt, Run
 from starforge.server.executors.base import SupportsCheckPools, SupportsPendingReason
 from starforge.server.runtime import Runtime
-from starforge.server.services import admission, blobs, lifecycle, queue, quotas, users
+from starforge.server.services import admission, blobs, images, lifecycle, queue, quotas, users
 
 log = logging.getLogger(__name__)
 MAX_CANDIDATES = 8
@@ -109,6 +110,8 @@ def _new_run(user: str, req: SubmitRequest, admitted: admission.Admitted) -> Run
         pools=[p.model_dump(mode="json") for p in admitted.pools],
         config=admitted.config,
         gpus=admitted.gpus,
+        image=admitted.image,
+        image_source=admitted.image_source,
         idempotency_key=req.idempotency_key,
         current_attempt=0,
         max_retries=req.max_retries,
@@ -122,6 +125,12 @@ def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
         if existing is not None:
             return _replay(session, existing, req)
         limits, _ = quotas.effective(session, rt.settings, user)
+        image_check = functools.partial(
+            images.admit_image,
+            settings=rt.settings,
+            defaults=images.framework_defaults(session),
+            entries=images.allowlist(session, rt.settings),
+        )
     admitted = admission.admit(
         req.spec,
         req.manifest,
@@ -133,6 +142,7 @@ def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
         executor_check=(
             rt.executor.check_pools if isinstance(rt.executor, SupportsCheckPools) else None
         ),
+        image_check=image_check,
     )
     blobs.require_owned(rt, user, req.manifest.digests())  # never another user's uploads
     run = _new_run(user, req, admitted)
@@ -220,6 +230,8 @@ def view(rt: Runtime, run: Run, *, full: bool = True) -> RunView:
         profiles=list(data.get("profiles") or []),
         pools=admission.run_pools(run),
         gpus=run.gpus,
+        image=run.image,
+        image_source=run.image_source,
         git_commit=str(provenance.get("git_commit", "")),
         git_dirty=bool(provenance.get("git_dirty", False)),
         created_at=run.created_at,
