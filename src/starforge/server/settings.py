@@ -181,6 +181,7 @@ class Settings(BaseSettings):
     console_token_ttl_s: float = Field(default=4 * 3600, gt=0, le=7 * 24 * 3600)
     # Absolute (shared) inputs are admitted only under one of these folders; empty: refused.
     shared_roots: list[Path] = Field(default_factory=list)
+    containers: Literal["podman", "none", "required"] | None = None
 
     @model_validator(mode="after")
     def _derive(self) -> Settings:
