@@ -62,6 +62,7 @@ def _describe(url: str) -> dict[str, object]:
         "home": str(config.home()),
         "database": info.database,
         "leader": info.leader,
+        "containers": info.containers,
     }
 
 
@@ -169,6 +170,6 @@ def status(json_out: JsonOpt = False) -> None:
     state = _describe(found[0])
     out.data(state)
     keys = ("url", "pid", "version", "executor", "database", "uptime", "home", "job_user")
-    for key in (*keys, "isolation"):
+    for key in (*keys, "isolation", "containers"):
         out.line(f"{key:>9}: {state[key]}")
     out.line(f"{'loops':>9}: {'leader' if state['leader'] else 'follower (another process leads)'}")

@@ -45,6 +45,7 @@ class ServerInfo(Contract):
     isolation: str = ""  # a warning when jobs are not isolated from the platform
     database: str = ""  # the database URL, its password hidden
     leader: bool = True  # whether this process runs the scheduler and reconciler
+    containers: str = ""  # the container runtime in effect, in one line
 
 
 class WhoAmI(Contract):

@@ -64,6 +64,14 @@ def describe(setting: Mode | None) -> str:
     return f"{mode} ({source}): jobs with --image run inside it; {works}"
 
 
+def submit_warnings(setting: Mode | None, image: str) -> list[str]:
+    """What ``sf submit`` says about a run's image on this server (nothing when it is used)."""
+    if image and runtime_for_runs(setting) == "":
+        return [f"the image {image} is not used: this server has no container runtime "
+                "(containers: none), so the job runs on the host"]  # fmt: skip
+    return []
+
+
 def check_admission(setting: Mode | None, image: str) -> None:
     """Refuse a run with an image that cannot run in it because ``required`` has no runtime."""
     if not image or mode_in_effect(setting) != "required" or podman_works():

@@ -10,6 +10,7 @@ from starforge import __version__
 from starforge.contract.api import ProfilesResponse, ServerInfo, WhoAmI
 from starforge.server.api.authz import PUBLIC, Reader, ReadSelf, authorize
 from starforge.server.api.deps import RuntimeDep
+from starforge.server.containers import describe as describe_containers
 from starforge.server.db.engine import describe_url
 
 router = APIRouter()
@@ -33,6 +34,7 @@ def info(rt: RuntimeDep) -> ServerInfo:
         isolation=isolation,
         database=describe_url(rt.settings.db_url),
         leader=rt.leader,
+        containers=describe_containers(rt.settings.containers),
     )
 
 

@@ -29,7 +29,7 @@ from starforge.contract.errors import AmbiguousRun, IdempotencyConflict, RunNotF
 from starforge.contract.jobspec import JobSpec
 from starforge.contract.names import new_run_id
 from starforge.contract.states import EndReason, JobStatus
-from starforge.server import statemachine
+from starforge.server import containers, statemachine
 from starforge.server.db.models import Attempt, Run
 from starforge.server.executors.base import SupportsCheckPools, SupportsPendingReason
 from starforge.server.runtime import Runtime
@@ -122,6 +122,7 @@ def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
         if existing is not None:
             return _replay(session, existing, req)
         limits, _ = quotas.effective(session, rt.settings, user)
+    containers.check_admission(rt.settings.containers, req.spec.image)
     admitted = admission.admit(
         req.spec,
         req.manifest,
@@ -134,6 +135,7 @@ def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
             rt.executor.check_pools if isinstance(rt.executor, SupportsCheckPools) else None
         ),
     )
+    admitted.warnings.extend(containers.submit_warnings(rt.settings.containers, req.spec.image))
     blobs.require_owned(rt, user, req.manifest.digests())  # never another user's uploads
     run = _new_run(user, req, admitted)
     run.priority = limits.priority  # the queue orders by the user's priority at submit
