@@ -51,12 +51,21 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes | None = None, mode: int =
         tar.addfile(info, io.BytesIO(data))
 
 
-def make_image(files: dict[str, bytes], *, shell: bool = True) -> str:
-    """A busybox image with ``files`` in it (and /bin/bash unless ``shell`` is False)."""
+def make_image(
+    files: dict[str, bytes], *, shell: bool = True, links: dict[str, str] | None = None
+) -> str:
+    """A busybox image with ``files`` in it (and /bin/bash unless ``shell`` is False); ``links``
+    are symlinks made instead of the folders of the same name."""
+    links = links or {}
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for folder in ("bin", "etc", "proc", "sys", "dev", "tmp"):
-            _add(tar, folder, mode=0o1777 if folder == "tmp" else 0o755)
+        for folder in ("bin", "etc", "proc", "sys", "dev", "tmp", "usr"):
+            if folder not in links:
+                _add(tar, folder, mode=0o1777 if folder == "tmp" else 0o755)
+        for name, target in links.items():
+            link = tarfile.TarInfo(name)
+            link.type, link.linkname = tarfile.SYMTYPE, target
+            tar.addfile(link)
         if shell:
             _add(tar, "bin/busybox", Path("/bin/busybox").read_bytes())
             link = tarfile.TarInfo("bin/sh")

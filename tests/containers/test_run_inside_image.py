@@ -85,3 +85,26 @@ def test_a_container_killed_for_memory_ends_with_reason_oom(tmp_path: Path) -> N
     assert record["end_reason"] == "oom", log
     assert "killed for memory (OOM)" in log
     assert code == 137
+
+
+def test_a_python_job_in_an_image_without_starforge_imports_the_mounted_report(
+    tmp_path: Path,
+) -> None:
+    # The image: an empty root whose /bin and /lib are the host's /usr (mounted read-only), the
+    # host's Python install and virtualenv mounted at their own paths (docs/containers.md).
+    links = {"bin": "usr/bin", "lib": "usr/lib", "lib64": "usr/lib64", "sbin": "usr/sbin"}
+    image = make_image({"etc/sf-marker": MARKER}, shell=False, links=links)
+    mounts = ",".join(sorted({"/usr", sys.base_prefix, sys.prefix}))
+    bp = make_run(
+        tmp_path,
+        f"cat /etc/sf-marker\n{sys.executable} -c '"
+        'import starforge.report as r; r.log({"loss": 1.0}, step=1); r.finish(); '
+        'print("report from", r.__file__)\'\n',
+        image=image,
+        STARFORGE_CONTAINER_MOUNTS=mounts,
+    )
+    code, log, record = run_runner(bp)
+    assert code == 0, log
+    assert record["end_reason"] == "completed"
+    assert "only-in-the-image" in log
+    assert "report from /opt/starforge/python/starforge/report/__init__.py" in log

@@ -34,6 +34,9 @@ REPORT_MOUNT = "/opt/starforge/python"  # where the starforge package is mounted
 STOP_GRACE_S = 10
 # A profile's env may cap a container's memory (podman --memory, e.g. "512m").
 MEMORY_ENV = "STARFORGE_CONTAINER_MEMORY"
+# ... and name host folders (comma-separated) mounted read-only at the same paths: a host Python
+# install, a shared dataset.
+MOUNTS_ENV = "STARFORGE_CONTAINER_MOUNTS"
 
 
 @dataclass(frozen=True)
@@ -182,6 +185,8 @@ def spec_for(
         Path(hf_home).mkdir(parents=True, exist_ok=True)
         mounts.append(Mount(hf_home, hf_home))
     mounts.append(report_mount())
+    extra = [p.strip() for p in b.extra_env.get(MOUNTS_ENV, "").split(",") if p.strip()]
+    mounts += [Mount(p, p, read_only=True) for p in extra]
     nofile, nproc = host_limits()
     return ContainerSpec(
         name=container_name(b.run_id, b.attempt, b.node_rank),
