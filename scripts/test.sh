@@ -21,6 +21,11 @@ if ! bash scripts/slurm.sh status >/dev/null 2>&1; then
 fi
 export STARFORGE_REQUIRE_SLURM=1
 # --- end Slurm
+# --- podman: the tests under tests/containers run jobs inside images with the real podman
+# (scripts/podman.sh installs it and writes the limits and runtime this kind of machine needs).
+# Under CI (CI=true) a containers test fails, never skips, when podman does not work.
+bash scripts/podman.sh install
+# --- end podman
 # --- PostgreSQL: a throwaway cluster (scripts/postgres.sh) for tests/postgres, and for a second
 # pass of the server and integration tests on PostgreSQL after the whole suite on SQLite. Started
 # here and stopped on exit unless it was already running. Under CI a PostgreSQL test fails, never

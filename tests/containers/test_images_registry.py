@@ -27,8 +27,8 @@ from starforge.catalog.loader import get_method
 from starforge.contract.api import API_PREFIX, SubmitResponse
 from starforge.contract.auth import Role
 from starforge.contract.errors import Rejected
+from starforge.server import containers
 from starforge.server import registry as registry_api
-from starforge.server import settings as server_settings
 from starforge.server.app import create_app
 from starforge.server.db.models import Run, User
 from starforge.server.runtime import Runtime, build_runtime
@@ -293,9 +293,9 @@ def test_loopback_and_listed_insecure_registries_are_spoken_to_over_plain_http(
 def no_podman(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A machine where podman cannot be found (the once-per-process probe asked afresh)."""
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    server_settings._podman_works.cache_clear()
+    containers.podman_works.cache_clear()
     yield
-    server_settings._podman_works.cache_clear()
+    containers.podman_works.cache_clear()
 
 
 @pytest.mark.usefixtures("no_podman")

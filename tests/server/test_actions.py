@@ -211,9 +211,7 @@ def test_each_action_is_an_event_by_its_user(rt: Runtime) -> None:
     actions.stop(rt, "alice", run_id)
     actions.retry(rt, "alice", run_id)
     with rt.transaction() as session:
-        rows = session.scalars(
-            select(Event).where(Event.actor == "alice").order_by(Event.id)
-        ).all()
+        rows = session.scalars(select(Event).where(Event.actor == "alice").order_by(Event.id)).all()
         assert [(e.src, e.dst) for e in rows] == [
             (None, "queued"),
             ("running", "pausing"),

@@ -63,6 +63,7 @@ def _describe(url: str) -> dict[str, object]:
         "database": info.database,
         "leader": info.leader,
         "registries": info.registries or "(not reported by this server)",
+        "containers": info.containers,
     }
 
 
@@ -170,6 +171,6 @@ def status(json_out: JsonOpt = False) -> None:
     state = _describe(found[0])
     out.data(state)
     keys = ("url", "pid", "version", "executor", "database", "uptime", "home", "job_user")
-    for key in (*keys, "isolation", "registries"):
+    for key in (*keys, "isolation", "containers", "registries"):
         out.line(f"{key:>9}: {state[key]}")
     out.line(f"{'loops':>9}: {'leader' if state['leader'] else 'follower (another process leads)'}")

@@ -46,6 +46,7 @@ class ServerInfo(Contract):
     database: str = ""  # the database URL, its password hidden
     leader: bool = True  # whether this process runs the scheduler and reconciler
     registries: str = ""  # the image allowlist in a line ("every registry is allowed" when none)
+    containers: str = ""  # the container runtime in effect, in one line
 
 
 class WhoAmI(Contract):

@@ -53,6 +53,8 @@ class Binding(Contract):
     resume_from: str = ""
     hf_offline: bool = True
     extra_env: dict[str, str] = Field(default_factory=dict)
+    image: str = ""  # the image the run records; "" = none
+    containers: str = ""  # the server's runtime in effect: "podman" runs the job in the image
 
 
 KNOWN_KEYS: tuple[str, ...] = (
@@ -119,6 +121,8 @@ def make_binding(
     master_addr: str = "127.0.0.1",
     job_token: str = "",
     job_user: str = "",
+    image: str = "",
+    containers: str = "",
 ) -> Binding:
     """The binding of one node: the one maker, used by dispatch and by ``sf submit --dry-run``.
 
@@ -152,6 +156,8 @@ def make_binding(
         resume_from=resume_from,
         hf_offline=hf_offline,
         extra_env=dict(own.env),
+        image=image,
+        containers=containers,
     )
 
 

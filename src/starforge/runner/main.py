@@ -35,7 +35,7 @@ from starforge.contract.errors import RunnerError, StarForgeError
 from starforge.contract.jobspec import JobSpec, Manifest
 from starforge.contract.layout import UNPACKED_MARKER, RunLayout
 from starforge.contract.states import EndReason
-from starforge.runner import jobuser, slurm
+from starforge.runner import container, jobuser, slurm
 from starforge.runner.preflight import check_packages
 from starforge.runner.report import Reporter, write_exit_record, write_runner_record
 from starforge.runner.unpack import manifest_digest, unpack
@@ -51,6 +51,8 @@ class Runner:
         self.log = log
         self.reporter = Reporter(binding, self.say, on_fenced=self.on_fenced)
         self.child: subprocess.Popen[bytes] | None = None
+        self.container = ""  # the container's name while the job runs inside its image
+        self._program = ""  # what the container starts first (its absence: a startup failure)
         self.terminating = False
         self._say_lock = threading.Lock()
 
@@ -67,6 +69,11 @@ class Runner:
 
     def on_fenced(self, why: str) -> None:
         """The control plane ended this attempt: stop training, force it after a grace."""
+        if self.container:  # podman stop: TERM, then KILL after the grace
+            name = self.container
+            threading.Thread(
+                target=container.stop, args=(name, int(FENCE_GRACE_S)), daemon=True
+            ).start()
         self.on_sigterm(signal.SIGTERM, None)
         child = self.child
         if child is not None:
@@ -177,31 +184,80 @@ class Runner:
         if self.terminating:
             self.say("terminated before the entrypoint started")
             return self._finish(SIGTERM_EXIT, None)
+        argv, cwd, env, popen_user = self._launch_command(plan, as_user)
         self.say(f"running: {' '.join(plan.argv)} (cwd {plan.cwd})")
         self.reporter.send("running")
         try:
             self.child = subprocess.Popen(
-                plan.argv,
-                cwd=plan.cwd,
-                env=plan.env,
+                argv,
+                cwd=cwd,
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=self.log,
                 stderr=subprocess.STDOUT,
-                **as_user,
+                **popen_user,
             )
         except OSError as exc:  # not executable, or not by the job's user
-            self.say(f"startup failed: could not start {plan.argv[0]}: {exc}")
+            self.say(f"startup failed: could not start {argv[0]}: {exc}")
             if as_user:
                 self._take_back()
             return self._finish(2, EndReason.STARTUP_FAILED)
+        if self.container:
+            container.watchdog(os.getpid(), self.container)
         if self.terminating:  # SIGTERM landed between the check and Popen
             self.child.send_signal(signal.SIGTERM)
         code = self.child.wait()
         if code < 0:
             code = 128 - code
+        reason = self._container_end(code) if self.container else None
         if as_user:
             self._take_back()
-        return self._finish(code, EndReason.COMPLETED if code == 0 else EndReason.EXIT_NONZERO)
+        if reason is None:
+            reason = EndReason.COMPLETED if code == 0 else EndReason.EXIT_NONZERO
+        return self._finish(code, reason)
+
+    def _launch_command(
+        self, plan: LaunchPlan, as_user: dict[str, Any]
+    ) -> tuple[list[str], str, dict[str, str], dict[str, Any]]:
+        """(argv, cwd, env, Popen's user arguments) of the job: the plan itself on the host, or
+        ``podman run`` of it when the run has an image and the server a container runtime."""
+        b = self.binding
+        if not b.image:
+            return plan.argv, plan.cwd, plan.env, as_user
+        if b.containers != "podman":
+            self.say(
+                f"the image {b.image} is not used: this server has no container runtime "
+                "(containers: none), so the job runs on the host"
+            )
+            return plan.argv, plan.cwd, plan.env, as_user
+        user = f"{as_user['user']}:{as_user['group']}" if as_user else ""
+        spec = container.spec_for(
+            b, argv=plan.argv, cwd=plan.cwd, env=plan.env, host_env=self._base_env(), user=user
+        )
+        self.container, self._program = spec.name, plan.argv[0]
+        container.remove(spec.name)  # a container left by an earlier runner of this attempt
+        self.say(f"inside the image {b.image} (podman, container {spec.name})")
+        # podman itself runs as the runner (root); the job's user is podman's --user.
+        return container.podman_argv(spec), plan.cwd, self._base_env(), {}
+
+    def _container_end(self, code: int) -> EndReason | None:
+        """Why the container ended, when it was not the job's own exit; removes it."""
+        with open(self.binding.log_path, "rb") as log:
+            log.seek(max(0, log.seek(0, os.SEEK_END) - 4096))
+            tail = log.read().decode(errors="replace")
+        capped = bool(self.binding.extra_env.get(container.MEMORY_ENV))
+        fate = container.fate(self.container, code, tail, capped=capped, stopped=self.terminating)
+        container.remove(self.container)
+        if fate.oom_killed:
+            self.say("the container was killed for memory (OOM)")
+            return EndReason.OOM
+        if fate.start_error:
+            self.say(
+                f"startup failed: the image {self.binding.image} could not start the job's "
+                f"program {self._program!r} ({fate.start_error}); use an image that has it"
+            )
+            return EndReason.STARTUP_FAILED
+        return None
 
     def _finish(self, code: int, reason: EndReason | None) -> int:
         if self.terminating and code != 0 and slurm.under_slurm(os.environ):

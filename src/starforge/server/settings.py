@@ -15,7 +15,6 @@ Quotas: ``quota_defaults`` are the limits of every user an admin gave no quota o
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import shutil
@@ -37,6 +36,7 @@ from pydantic_settings import (
 from starforge.contract.api import Quota
 from starforge.contract.jobspec import MAX_FILE_BYTES
 from starforge.contract.profiles import ProfileDef
+from starforge.server import containers
 
 # The YAML file's location depends on ``home``, which itself may come from the caller or the
 # environment; load_settings() sets this before pydantic-settings collects its sources.
@@ -250,13 +250,11 @@ class Settings(BaseSettings):
 
     def containers_mode(self) -> Literal["podman", "none", "required"]:
         """The container runtime in force: the setting, else podman where ``podman info`` works."""
-        if self.containers is not None:
-            return self.containers
-        return "podman" if _podman_works() else "none"
+        return containers.mode_in_effect(self.containers)
 
     def containers_unavailable(self) -> bool:
         """``containers: required`` on a machine where podman does not work."""
-        return self.containers_mode() == "required" and not _podman_works()
+        return self.containers_mode() == "required" and not containers.podman_works()
 
     def job_isolation(self) -> tuple[str, str]:
         """(the user jobs run as, "" for the server's own; a warning when they are not isolated).
@@ -279,19 +277,6 @@ class Settings(BaseSettings):
             f"jobs run as root, not isolated: {DEFAULT_JOB_USER!r} cannot enter {blocked}; set "
             "storage_root (and the Python install) in folders every user may enter, or job_user"
         )
-
-
-@functools.cache
-def _podman_works() -> bool:
-    """Whether ``podman info`` succeeds here; probed once per process (it takes ~0.1-1 s)."""
-    exe = shutil.which("podman")
-    if exe is None:
-        return False
-    try:
-        subprocess.run([exe, "info"], capture_output=True, timeout=20, check=True)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return True
 
 
 def _closed_folder(path: Path) -> Path | None:

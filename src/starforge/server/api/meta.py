@@ -10,6 +10,7 @@ from starforge import __version__
 from starforge.contract.api import ProfilesResponse, ServerInfo, WhoAmI
 from starforge.server.api.authz import PUBLIC, Reader, ReadSelf, authorize
 from starforge.server.api.deps import RuntimeDep
+from starforge.server.containers import describe as describe_containers
 from starforge.server.db.engine import describe_url
 from starforge.server.services import images
 
@@ -35,6 +36,7 @@ def info(rt: RuntimeDep) -> ServerInfo:
         database=describe_url(rt.settings.db_url),
         leader=rt.leader,
         registries=_registries(rt),
+        containers=describe_containers(rt.settings.containers),
     )
 
 

@@ -32,6 +32,7 @@ from starforge.contract.nodes import NodeRecord
 from starforge.contract.profiles import Pool
 from starforge.contract.states import ACTIVE, JobStatus, NodeEvent, NodeState
 from starforge.server import statemachine
+from starforge.server.containers import runtime_for_runs
 from starforge.server.db.models import Attempt, Run, utcnow
 from starforge.server.executors.base import NodeLaunch, SupportsGangStart
 from starforge.server.runtime import Runtime
@@ -177,10 +178,8 @@ def place_run(
         resume_from=attempt.resumed_from or "",
         job_token=job_token,
     )
-    image = str((run.spec or {}).get("image") or "")
-    if image and run.image:  # --image as admission pinned it (IMAGE@sha256:...): a retag is moot
-        image = run.image
-    return StartOrder(run.id, number, starts, pools=pools, image=image)
+    # The image as admission chose and pinned it (IMAGE@sha256:...): a retag is moot.
+    return StartOrder(run.id, number, starts, pools=pools, image=run.image)
 
 
 def write_bindings(
@@ -222,6 +221,8 @@ def write_bindings(
             hf_offline=rt.settings.hf_offline,
             job_token=job_token,
             job_user=rt.settings.job_user_name,
+            image=run.image,
+            containers=runtime_for_runs(rt.settings.containers),
         )
         path = rt.storage.binding_path(run_dir, number, slot.rank)
         rt.storage.write_binding(path, binding.model_dump(mode="json"))

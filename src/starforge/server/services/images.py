@@ -29,7 +29,7 @@ from starforge.contract.images import (
     resolve_image,
 )
 from starforge.contract.jobspec import JobSpec
-from starforge.server import registry
+from starforge.server import containers, registry
 from starforge.server.db.images import AllowedRegistry, ImageDefault
 from starforge.server.settings import Settings
 
@@ -150,7 +150,7 @@ def admit_image(
         runtime_id=runtime.runtime_id,
         framework_defaults=defaults,
         runtime_images=settings.runtime_images,
-        catalog_image=runtime.image,
+        catalog_image=runtime.image if containers.uses_catalog_images(settings.containers) else "",
     )
     if resolved is None:
         return AdmittedImage()
