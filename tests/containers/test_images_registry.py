@@ -8,6 +8,7 @@ a skip would hide a missing service: there they fail.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -116,7 +117,7 @@ def push(registry: str, name: str, tag: str) -> str:
         return digest
 
 
-def _runtime(tmp_path: Path, containers: str) -> Runtime:
+def _runtime(tmp_path: Path, containers: str | None) -> Runtime:
     settings = load_settings(
         tmp_path / "home",
         inventory=INVENTORY,
@@ -262,6 +263,32 @@ def test_a_framework_default_set_by_an_admin_is_the_image_a_run_gets(
         entries=[],
     )
     assert (got.ref, got.source) == (f"{registry}/lab/trl-default@{digest}", "framework-default")
+
+
+@pytest.mark.parametrize(
+    ("setting", "catalog_used"), [(None, False), ("none", False), ("podman", True)]
+)
+def test_the_catalogs_image_applies_only_where_containers_are_set(
+    tmp_path: Path, setting: str | None, catalog_used: bool
+) -> None:
+    rt = _runtime(tmp_path, setting)
+    method = get_method("trl/sft")
+    catalog = method.runtime_version(None)[1].image
+    assert catalog  # the built-in trl methods name an image
+    admit = functools.partial(
+        images.admit_image,
+        spec(method_id="trl/sft"),
+        method,
+        settings=rt.settings,
+        defaults={},
+        entries=["registry.lab:5000"],  # the catalog's registry is not allowed here
+    )
+    if catalog_used:
+        with pytest.raises(Rejected, match=f"image registry {catalog.split('/')[0]} is not on"):
+            admit()
+    else:  # a laptop with podman and no network still runs catalog methods, on the host
+        assert (admit().ref, admit().source) == ("", None)
+    rt.engine.dispose()
 
 
 def test_the_executor_is_handed_the_pinned_digest_not_the_tag(rt: Runtime, registry: str) -> None:
