@@ -53,8 +53,11 @@ fi
 STARFORGE_TEST_REGISTRY=$(bash scripts/registry.sh url)
 export STARFORGE_TEST_REGISTRY
 # --- end Registry
+# Two workers (STARFORGE_TEST_WORKERS): the tests of one outside resource (the Slurm cluster,
+# PostgreSQL's leader election) stay on one worker (tests/conftest.py, --dist loadgroup).
+workers=(-n "${STARFORGE_TEST_WORKERS:-2}" --dist loadgroup --durations=15)
 set +e
-.venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest "${workers[@]}" "$@"
 code=$?
 set -e
 if [[ $code -eq 5 ]]; then
@@ -66,7 +69,7 @@ if [[ $# -eq 0 ]]; then
     echo "==> tests/server and tests/integration again, on PostgreSQL"
     set +e
     STARFORGE_TEST_DATABASE_URL=$(bash scripts/postgres.sh url) \
-        .venv/bin/python -m pytest tests/server tests/integration -m "not training"
+        .venv/bin/python -m pytest "${workers[@]}" tests/server tests/integration -m "not training"
     pg_code=$?
     set -e
     if [[ $code -eq 0 ]]; then code=$pg_code; fi

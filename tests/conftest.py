@@ -119,3 +119,16 @@ def new_lab(tmp_path: Path) -> Iterator[Callable[..., lab.Lab]]:
         return made
 
     yield make
+
+
+# Tests that share one outside resource run on one xdist worker, in order: the Slurm cluster
+# (its nodes and queue are the test's subject) and the PostgreSQL cluster's leader election.
+_SERIAL_GROUPS = ("slurm", "postgres")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for group in _SERIAL_GROUPS:
+            if item.get_closest_marker(group) is not None:
+                item.add_marker(pytest.mark.xdist_group(group))
+                break
