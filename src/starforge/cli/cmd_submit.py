@@ -112,6 +112,14 @@ def submit(
         bool, Flag("--follow", "-f", help="Follow the run's log until it ends.")
     ] = False,
     json_out: Annotated[bool, Flag("--json", help="Print a JSON document for scripts.")] = False,
+    secret: Annotated[
+        list[str] | None,
+        Flag(
+            "--secret",
+            help="A secret the job receives at start as the environment variable NAME "
+            "(repeatable; `sf secret set NAME` first). Only the name travels with the run.",
+        ),
+    ] = None,
 ) -> None:
     """Submit an experiment as a run.
 
@@ -146,6 +154,7 @@ def submit(
         framework_version=framework_version,
         observability_url=observability_url,
         max_retries=max_retries,
+        secrets=secret or [],
     )
     prepared = submit_flow.prepare(opts)
     for warning in prepared.warnings:
