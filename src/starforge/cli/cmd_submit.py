@@ -270,6 +270,9 @@ def _submit(client: Client, prepared: Prepared, *, follow: bool, json_out: bool)
     out.line(f"  console: {escape(report['console_url'])}")
     if prepared.spec.observability_url:
         out.line(f"  curves: {escape(prepared.spec.observability_url)} (external)")
+    if prepared.spec.secrets:  # names only: the values reach the job at start
+        named = ", ".join(f"{s.name} ({s.mount.value})" for s in prepared.spec.secrets)
+        out.line(f"  secrets: {escape(named)}")
     if not follow:
         out.line(f"  follow it: [bold]sf job logs {resp.run_id}[/bold]")
         out.data(report)

@@ -32,7 +32,12 @@ from starforge.contract.errors import LockError, ServerUnreachable, StarForgeErr
 from starforge.contract.images import check_image
 from starforge.contract.jobspec import Inputs, JobSpec, Manifest, Provenance
 from starforge.contract.profiles import Pool, ProfileRequest
-from starforge.contract.secrets import SecretRequest, merge_requests, parse_config_secrets
+from starforge.contract.secrets import (
+    SecretRequest,
+    merge_requests,
+    parse_config_secrets,
+    request_of,
+)
 from starforge.contract.submission import INPUT_FLAGS, check_submission
 from starforge.project import experiments, git, packer
 from starforge.project.lab import Lab, find_lab
@@ -127,7 +132,7 @@ def requested_secrets(config: dict[str, Any], flags: list[str]) -> list[SecretRe
     """The secrets a run asks for: the config's ``secrets:`` and ``--secret`` (names only)."""
     try:
         from_config = parse_config_secrets(config)
-        from_flags = [SecretRequest(name=name) for name in flags]
+        from_flags = [request_of(name) for name in flags]
     except ValueError as exc:
         raise UsageError(str(exc), hint="a secret is named like an environment variable") from None
     return merge_requests(from_config, from_flags)

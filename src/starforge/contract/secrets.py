@@ -53,6 +53,16 @@ class SecretRequest(Contract):
         return check_name(v)
 
 
+def request_of(name: Any, mount: Any = Mount.ENV) -> SecretRequest:
+    """One request from what a user wrote, with a one-line error (not pydantic's report)."""
+    if not isinstance(name, str):
+        raise ValueError(f"secrets: {name!r} is not a name")
+    check_name(name)
+    if mount not in {m.value for m in Mount}:
+        raise ValueError(f"secrets: {name} as {mount!r}: use `as: env` or `as: file`")
+    return SecretRequest(name=name, mount=Mount(mount))
+
+
 def parse_config_secrets(config: dict[str, Any]) -> list[SecretRequest]:
     """The ``secrets:`` of a composed experiment config: names, or ``{name: X, as: file}``."""
     raw = config.get("secrets")
@@ -63,9 +73,9 @@ def parse_config_secrets(config: dict[str, Any]) -> list[SecretRequest]:
     found = []
     for item in raw:
         if isinstance(item, str):
-            found.append(SecretRequest(name=item))
+            found.append(request_of(item))
         elif isinstance(item, dict) and set(item) <= {"name", "as"} and "name" in item:
-            found.append(SecretRequest(name=item["name"], mount=item.get("as", Mount.ENV)))
+            found.append(request_of(item["name"], item.get("as", Mount.ENV)))
         else:
             raise ValueError(f"secrets: {item!r} is neither a name nor a {{name, as}} mapping")
     return found
@@ -76,11 +86,8 @@ def merge_requests(*groups: list[SecretRequest]) -> list[SecretRequest]:
     merged: dict[str, SecretRequest] = {}
     for group in groups:
         for req in group:
-            have = merged.get(req.name)
-            if have is None or req.mount is Mount.FILE:
-                merged[req.name] = (
-                    req if have is None else SecretRequest(name=req.name, mount=req.mount)
-                )
+            if req.name not in merged or req.mount is Mount.FILE:
+                merged[req.name] = req  # a dict keeps the first-seen position on replace
     return list(merged.values())
 
 
