@@ -139,7 +139,7 @@ def test_a_manifest_with_sensitive_names_is_refused_naming_each() -> None:
         refuse_manifest(manifest)
     assert err.value.details["files"] == ["common/.env", "id_rsa", "server.pem"]
     assert err.value.exit_code == 2
-    assert "secret channel" in (err.value.hint or "")
+    assert "sf secret set NAME" in (err.value.hint or "")
 
 
 def test_a_manifest_is_refused_for_a_blob_whose_content_is_a_key() -> None:

@@ -155,6 +155,8 @@ def call(client: TestClient, method: str, path: str, cell: Cell, submit: dict[st
         "POST /tokens": {},
         "POST /runs/{run_id}/lifecycle": {"attempt": 1, "event": "running"},
         "POST /runs/{run_id}/ingest": {},
+        "POST /secrets": {"name": "HF_TOKEN", "value": "matrix-value"},
+        "POST /runs/{run_id}/secrets": {"attempt": 1},
     }
     key = f"{method} {path.removeprefix(API_PREFIX)}"
     headers = {"Authorization": f"Bearer {cell.token}"} if cell.token else {}

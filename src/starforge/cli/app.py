@@ -13,6 +13,7 @@ from starforge.cli import (
     cmd_lab,
     cmd_methods,
     cmd_metrics,
+    cmd_secret,
     cmd_server,
     cmd_status,
     cmd_submit,
@@ -69,3 +70,4 @@ app.command(rich_help_panel="Management")(cmd_auth.login)
 app.command(rich_help_panel="Management")(cmd_auth.logout)
 app.command(rich_help_panel="Management")(cmd_auth.whoami)
 app.add_typer(cmd_auth.token_app, name="token", rich_help_panel="Management")
+app.add_typer(cmd_secret.app, name="secret", rich_help_panel="Management")

@@ -1,5 +1,5 @@
 """``sf admin user add|ls|set-role|disable|enable``, ``sf admin quota show|set``, ``sf admin image
-default|ls`` and ``sf admin registry allow|deny|ls``.
+default|ls``, ``sf admin registry allow|deny|ls`` and ``sf admin secrets rotate-key``.
 
 Only admins may call these; on the embedded server the local user is the admin. A new user's
 first token is printed once (``--json`` gives it as ``token``). A user an admin never set a quota
@@ -43,6 +43,8 @@ app.add_typer(user_app, name="user")
 app.add_typer(quota_app, name="quota")
 app.add_typer(image_app, name="image")
 app.add_typer(registry_app, name="registry")
+secrets_app = typer.Typer(help="The key that seals secrets at rest.", no_args_is_help=True)
+app.add_typer(secrets_app, name="secrets")
 NONE = "none"
 _SERIES_LIMIT = re.compile(r"^(?P<series>[A-Za-z0-9][A-Za-z0-9._-]*)=(?P<n>\d+|none)$")
 
@@ -399,3 +401,21 @@ def registry_ls(json_out: JsonOpt = False) -> None:
     out.set_json(json_out)
     with connect() as client:
         _show_registries(client.image_settings())
+
+
+@secrets_app.command("rotate-key")
+def secrets_rotate_key(json_out: JsonOpt = False) -> None:
+    """Re-encrypt every secret under a new key, while the server keeps serving.
+
+    With STARFORGE_SECRETS_KEY, put the new key first (comma, then the old), restart the server,
+    run this, then drop the old key. Example: sf admin secrets rotate-key
+    """
+    from starforge.cli.connect import connect
+    from starforge.client import secrets
+
+    out.set_json(json_out)
+    with connect() as client:
+        done = secrets.rotate_key(client)
+    out.data(done.model_dump(mode="json"))
+    retired = f"; retired {', '.join(done.retired)}" if done.retired else ""
+    out.success(f"{done.reencrypted} secret(s) re-encrypted under key {done.key_id}{retired}")

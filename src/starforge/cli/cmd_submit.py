@@ -112,6 +112,14 @@ def submit(
         bool, Flag("--follow", "-f", help="Follow the run's log until it ends.")
     ] = False,
     json_out: Annotated[bool, Flag("--json", help="Print a JSON document for scripts.")] = False,
+    secret: Annotated[
+        list[str] | None,
+        Flag(
+            "--secret",
+            help="A secret the job receives at start as the environment variable NAME "
+            "(repeatable; `sf secret set NAME` first). Only the name travels with the run.",
+        ),
+    ] = None,
 ) -> None:
     """Submit an experiment as a run.
 
@@ -146,6 +154,7 @@ def submit(
         framework_version=framework_version,
         observability_url=observability_url,
         max_retries=max_retries,
+        secrets=secret or [],
     )
     prepared = submit_flow.prepare(opts)
     for warning in prepared.warnings:
@@ -261,6 +270,9 @@ def _submit(client: Client, prepared: Prepared, *, follow: bool, json_out: bool)
     out.line(f"  console: {escape(report['console_url'])}")
     if prepared.spec.observability_url:
         out.line(f"  curves: {escape(prepared.spec.observability_url)} (external)")
+    if prepared.spec.secrets:  # names only: the values reach the job at start
+        named = ", ".join(f"{s.name} ({s.mount.value})" for s in prepared.spec.secrets)
+        out.line(f"  secrets: {escape(named)}")
     if not follow:
         out.line(f"  follow it: [bold]sf job logs {resp.run_id}[/bold]")
         out.data(report)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from starforge import __version__
 from starforge.catalog.checks import CheckContext, run_checks
@@ -27,10 +28,16 @@ from starforge.client.http import Client
 from starforge.contract import observability
 from starforge.contract import profiles as profile_grammar
 from starforge.contract.api import ProfilesResponse, SubmitRequest, SubmitResponse
-from starforge.contract.errors import LockError, ServerUnreachable, StarForgeError
+from starforge.contract.errors import LockError, ServerUnreachable, StarForgeError, UsageError
 from starforge.contract.images import check_image
 from starforge.contract.jobspec import Inputs, JobSpec, Manifest, Provenance
 from starforge.contract.profiles import Pool, ProfileRequest
+from starforge.contract.secrets import (
+    SecretRequest,
+    merge_requests,
+    parse_config_secrets,
+    request_of,
+)
 from starforge.contract.submission import INPUT_FLAGS, check_submission
 from starforge.project import experiments, git, packer
 from starforge.project.lab import Lab, find_lab
@@ -53,6 +60,7 @@ class SubmitOptions:
     cwd: Path | None = None
     observability_url: str | None = None
     max_retries: int | None = None  # automatic requeues after a lost node (None: method default)
+    secrets: list[str] = field(default_factory=list)  # --secret NAME: names only, never values
 
 
 @dataclass
@@ -120,6 +128,16 @@ def _upgrade(lab: Lab, name: str, framework_version: str | None) -> str:
     )
 
 
+def requested_secrets(config: dict[str, Any], flags: list[str]) -> list[SecretRequest]:
+    """The secrets a run asks for: the config's ``secrets:`` and ``--secret`` (names only)."""
+    try:
+        from_config = parse_config_secrets(config)
+        from_flags = [request_of(name) for name in flags]
+    except ValueError as exc:
+        raise UsageError(str(exc), hint="a secret is named like an environment variable") from None
+    return merge_requests(from_config, from_flags)
+
+
 def prepare(opts: SubmitOptions) -> Prepared:
     """Everything local: lock, validation, inputs, provenance, pack. Raises before upload."""
     lab = find_lab(opts.cwd)
@@ -163,6 +181,7 @@ def prepare(opts: SubmitOptions) -> Prepared:
             client_version=__version__,
         ),
         observability_url=opts.observability_url or "",
+        secrets=requested_secrets(validated.run_config, opts.secrets),
     )
     check_submission(
         spec,

@@ -20,6 +20,7 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from starforge.contract.base import Contract
 from starforge.contract.names import SAFE_SEGMENT, is_sha256
+from starforge.contract.secrets import MAX_SECRETS, SecretRequest
 
 API_VERSION = "starforge/v1"
 T = TypeVar("T")
@@ -205,6 +206,10 @@ class JobSpec(Contract):
     # Where the run's curves live for an ``external``-observability method (e.g. a W&B project);
     # empty for ``platform`` methods, whose curves the control plane keeps itself.
     observability_url: str = Field(default="", max_length=2048)
+    # The secrets the run asks for, by NAME only (values reach the job at start: contract/secrets).
+    secrets: list[SecretRequest] = Field(
+        default_factory=list, max_length=MAX_SECRETS, exclude_if=lambda v: not v
+    )
 
     @field_validator("hyperparams")
     @classmethod

@@ -32,8 +32,10 @@ from starforge.contract.jobspec import Manifest
 HEAD_BYTES = 64 * 1024  # how much of each file check_content reads: keys and tokens sit early
 
 HINT = (
-    "keep credentials out of the lab; pass them to jobs through the platform's secret channel "
-    "(see docs/security.md) — do not rename them (--allow-dirty does not lift this)"
+    "keep credentials out of the lab: store one with `sf secret set NAME` and ask for it with "
+    "`--secret NAME` (or `secrets: [NAME]` in the experiment's config); the job reads it as the "
+    "environment variable $NAME (`{name: NAME, as: file}`: a file whose path is in $NAME_FILE) — "
+    "do not rename them (--allow-dirty does not lift this)"
 )
 
 

@@ -36,6 +36,7 @@ from starforge.contract.jobspec import JobSpec, Manifest
 from starforge.contract.layout import UNPACKED_MARKER, RunLayout
 from starforge.contract.states import EndReason
 from starforge.runner import container, jobuser, slurm
+from starforge.runner import secrets as job_secrets
 from starforge.runner.preflight import check_packages
 from starforge.runner.report import Reporter, write_exit_record, write_runner_record
 from starforge.runner.unpack import manifest_digest, unpack
@@ -55,6 +56,8 @@ class Runner:
         self._program = ""  # what the container starts first (its absence: a startup failure)
         self.terminating = False
         self._say_lock = threading.Lock()
+        self.masker: job_secrets.Masker | None = None  # set when the job has secrets to hide
+        self._secret_env: set[str] = set()  # names of the secrets passed as variables
 
     def say(self, message: str) -> None:
         stamp = time.strftime("%H:%M:%S")
@@ -177,6 +180,7 @@ class Runner:
             self._prepare_work_dir(manifest)
             plan = self._compile(spec)
             as_user = self._hand_over(plan)
+            self._take_secrets(spec, plan)
         except (StarForgeError, OSError, ValueError) as exc:
             message = exc.message if isinstance(exc, StarForgeError) else str(exc)
             self.say(f"startup failed: {message}")
@@ -185,6 +189,9 @@ class Runner:
             self.say("terminated before the entrypoint started")
             return self._finish(SIGTERM_EXIT, None)
         argv, cwd, env, popen_user = self._launch_command(plan, as_user)
+        if self.container and self._secret_env:  # values in podman's env, not its argv
+            argv, moved = job_secrets.hide_in_argv(argv, self._secret_env)
+            env = {**env, **moved}
         self.say(f"running: {' '.join(plan.argv)} (cwd {plan.cwd})")
         self.reporter.send("running")
         try:
@@ -193,7 +200,7 @@ class Runner:
                 cwd=cwd,
                 env=env,
                 stdin=subprocess.DEVNULL,
-                stdout=self.log,
+                stdout=subprocess.PIPE if self.masker else self.log,
                 stderr=subprocess.STDOUT,
                 **popen_user,
             )
@@ -202,11 +209,16 @@ class Runner:
             if as_user:
                 self._take_back()
             return self._finish(2, EndReason.STARTUP_FAILED)
+        pumping = None
+        if self.masker is not None and self.child.stdout is not None:
+            pumping = job_secrets.pump(self.child.stdout, self.log, self.masker)
         if self.container:
             container.watchdog(os.getpid(), self.container)
         if self.terminating:  # SIGTERM landed between the check and Popen
             self.child.send_signal(signal.SIGTERM)
         code = self.child.wait()
+        if pumping is not None:  # the job's last words are in the log before anything reads it
+            pumping.join(timeout=10.0)
         if code < 0:
             code = 128 - code
         reason = self._container_end(code) if self.container else None
@@ -259,7 +271,26 @@ class Runner:
             return EndReason.STARTUP_FAILED
         return None
 
+    def _take_secrets(self, spec: JobSpec, plan: LaunchPlan) -> None:
+        """Fetch the values of the secrets the run asked for, hand them to the job (its env, or
+        files only its user reads), and mask them in the log from now on."""
+        names = job_secrets.requested(spec.secrets, self.config)
+        if not names:
+            return
+        values = job_secrets.fetch(self.binding, self.reporter.url)
+        owner = jobuser.resolve(self.binding.job_user)
+        job_secrets.deliver(values, plan.env, self.binding, owner)
+        self.masker = job_secrets.Masker([v.value for v in values])
+        self._secret_env = {v.name for v in values if v.mount == "env"}
+        given = sorted(v.name for v in values)
+        self.say(f"secrets for the job: {', '.join(given) or 'none'} (masked in this log)")
+        gone = sorted(set(names) - set(given))
+        if gone:
+            self.say(f"secrets removed since admission, not given: {', '.join(gone)}")
+
     def _finish(self, code: int, reason: EndReason | None) -> int:
+        if self.masker is not None:
+            job_secrets.remove_files(self.binding)
         if self.terminating and code != 0 and slurm.under_slurm(os.environ):
             reason = slurm.why_terminated(os.environ) or reason  # node down, preempted
         self.say(

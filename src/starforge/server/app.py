@@ -36,6 +36,7 @@ from starforge.server.api import (
     runs,
     stream,
 )
+from starforge.server.api import secrets as secrets_api
 from starforge.server.console import routes as console
 from starforge.server.db import tables as _tables  # noqa: F401  (registers every ORM table)
 from starforge.server.executors.base import Executor
@@ -125,6 +126,7 @@ def create_app(
     app.include_router(cluster.router, prefix=API_PREFIX, dependencies=gate)
     app.include_router(auth.router, prefix=API_PREFIX, dependencies=gate)
     app.include_router(images.router, prefix=API_PREFIX, dependencies=gate)
+    app.include_router(secrets_api.router, prefix=API_PREFIX, dependencies=gate)
     console.install(app)
     install_openapi(app)
     return app

@@ -193,6 +193,13 @@ class Settings(BaseSettings):
     allowed_registries: list[str] = Field(default_factory=list)
     insecure_registries: list[str] = Field(default_factory=list)
     registry_timeout_s: float = Field(default=5.0, gt=0)
+    # Gated-model preflight at admission (services/hub_preflight): a hub --model is looked up on
+    # the hub with the user's HF_TOKEN secret. ``auto``: on when jobs reach the hub (hf_offline
+    # false) and the server is not in HF_HUB_OFFLINE mode; ``off`` for air-gapped sites; ``strict``
+    # rejects when the hub cannot be reached (``on`` only warns). ``hf_endpoint``: "" is
+    # $HF_ENDPOINT, else huggingface_hub's default.
+    hub_preflight: Literal["auto", "on", "off", "strict"] = "auto"
+    hf_endpoint: str = ""
 
     @model_validator(mode="after")
     def _derive(self) -> Settings:

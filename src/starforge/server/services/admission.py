@@ -214,13 +214,16 @@ def admit(
     shared_roots: list[Path] | None = None,
     executor_check: Callable[[list[Pool]], None] | None = None,
     image_check: Callable[[JobSpec, Method], AdmittedImage] | None = None,
+    secrets_check: Callable[[JobSpec, dict[str, Any]], list[str]] | None = None,
 ) -> Admitted:
     """Check a submission end to end; raise the first problem found.
 
     ``executor_check`` rejects pools the executor can never place (Slurm: a series without a
     partition), before the fit check so the rejection names the setting to change.
     ``image_check`` (``services.images.admit_image``) resolves, allows and pins the run's image;
-    it runs last, as it may ask a registry over the network."""
+    it runs last, as it may ask a registry over the network. ``secrets_check``
+    (``services.secrets.admit_secrets``) rejects a secret the user cannot use and runs the hub
+    preflight of the model."""
     # The packer's sensitive-file policy again, whichever client wrote the manifest.
     sensitive.refuse_manifest(manifest, read_head=lambda digest: _blob_head(storage, digest))
     method, warnings = check_catalog(spec)
@@ -245,6 +248,8 @@ def admit(
             "run but are not in its commit"
         )
     admitted = Admitted(method=method, pools=pools, config=config, warnings=warnings)
+    if secrets_check is not None:  # secrets the run names exist; the hub model is reachable
+        admitted.warnings.extend(secrets_check(spec, config))
     if image_check is not None:
         image = image_check(spec, method)
         admitted.image, admitted.image_source = image.ref, str(image.source or "")

@@ -34,7 +34,16 @@ from starforge.server import statemachine
 from starforge.server.db.models import Attempt, Run
 from starforge.server.executors.base import SupportsCheckPools, SupportsPendingReason
 from starforge.server.runtime import Runtime
-from starforge.server.services import admission, blobs, images, lifecycle, queue, quotas, users
+from starforge.server.services import (
+    admission,
+    blobs,
+    images,
+    lifecycle,
+    queue,
+    quotas,
+    secrets,
+    users,
+)
 
 log = logging.getLogger(__name__)
 MAX_CANDIDATES = 8
@@ -143,6 +152,7 @@ def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
             rt.executor.check_pools if isinstance(rt.executor, SupportsCheckPools) else None
         ),
         image_check=image_check,
+        secrets_check=functools.partial(secrets.admit_secrets, rt, user),
     )
     blobs.require_owned(rt, user, req.manifest.digests())  # never another user's uploads
     run = _new_run(user, req, admitted)

@@ -1,0 +1,60 @@
+"""Secrets routes: a user's own (and, for admins, the lab's) secrets, the runner's fetch at start,
+and the admins' key rotation. No route returns a value except the runner's, which answers only
+the run's own runner token (``services/secrets.for_runner``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Response
+
+from starforge.contract.api import RUN_TOKEN_HEADER
+from starforge.contract.secrets import (
+    KeyRotated,
+    RunSecrets,
+    RunSecretsRequest,
+    SecretInfo,
+    SecretList,
+    SecretRemoved,
+    SecretSet,
+)
+from starforge.server.api.authz import RUNNER, Admin, ManageSelf, ReadSelf, authorize
+from starforge.server.api.deps import RuntimeDep
+from starforge.server.services import secrets
+
+router = APIRouter()
+
+
+@router.get("/secrets", response_model=SecretList)
+def list_secrets(rt: RuntimeDep, user: ReadSelf) -> SecretList:
+    with rt.transaction() as session:
+        return secrets.listing(session, user)
+
+
+@router.post("/secrets", response_model=SecretInfo)
+def set_secret(body: SecretSet, rt: RuntimeDep, user: ManageSelf) -> SecretInfo:
+    with rt.transaction() as session:
+        return secrets.put(rt, session, user, body)
+
+
+@router.delete("/secrets/{name}", response_model=SecretRemoved)
+def remove_secret(name: str, rt: RuntimeDep, user: ManageSelf, lab: bool = False) -> SecretRemoved:
+    with rt.transaction() as session:
+        return secrets.remove(session, user, name, lab)
+
+
+@router.post("/admin/secrets/rotate-key", response_model=KeyRotated)
+def rotate_key(rt: RuntimeDep, _: Admin) -> KeyRotated:
+    return secrets.rotate(rt)
+
+
+@router.post("/runs/{run_id}/secrets", response_model=RunSecrets, dependencies=[authorize(RUNNER)])
+def run_secrets(
+    run_id: str,
+    body: RunSecretsRequest,
+    rt: RuntimeDep,
+    response: Response,
+    token: Annotated[str | None, Header(alias=RUN_TOKEN_HEADER)] = None,
+) -> RunSecrets:
+    response.headers["Cache-Control"] = "no-store"
+    return secrets.for_runner(rt, run_id, token, body.attempt)
