@@ -192,6 +192,14 @@ class Inputs(Contract):
     validation_data: InputRef | None = None
 
 
+class SweepTag(Contract):
+    """Which sweep a run is a variant of, and the parameters that make it that variant."""
+
+    id: str = Field(min_length=1, max_length=40)
+    index: int = Field(ge=0, le=10_000)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
 class JobSpec(Contract):
     api_version: Literal["starforge/v1"] = API_VERSION
     project: str
@@ -205,6 +213,8 @@ class JobSpec(Contract):
     # Where the run's curves live for an ``external``-observability method (e.g. a W&B project);
     # empty for ``platform`` methods, whose curves the control plane keeps itself.
     observability_url: str = Field(default="", max_length=2048)
+    # A variant of a sweep (``sf sweep``); absent from the wire for a plain submission.
+    sweep: SweepTag | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @field_validator("hyperparams")
     @classmethod
