@@ -1,6 +1,7 @@
 // StarForge console: projects -> runs -> a run (spec, parameters, provenance, status and why,
-// attempts, live log, live curves, artifacts); a sweep (variants ranked, curves overlaid). Plain JavaScript over the /api/v1 JSON API;
-// charts are drawn by plotly.js (served from the plotly package installed on the server).
+// attempts, live log, live curves, artifacts) and a sweep (variants ranked, curves overlaid).
+// Plain JavaScript over the /api/v1 JSON API; charts are drawn by plotly.js (served from the
+// plotly package installed on the server).
 "use strict";
 
 const API = "/api/v1";
