@@ -28,6 +28,7 @@ from starforge.contract.states import JobStatus
 from starforge.server.api.authz import On, Rule, Who
 from starforge.server.api.deps import UserDep
 from starforge.server.app import create_app
+from starforge.server.db.sweeps import Sweep, SweepRun
 from starforge.server.runtime import Runtime
 from starforge.server.services import blobs, users
 from starforge.server.settings import Settings, load_settings
@@ -126,7 +127,24 @@ def _user(rt: Runtime, role: Role) -> tuple[str, str]:
 def _run(rt: Runtime, owner: str) -> str:
     run_id = f"r-{next(_ids):012x}"
     insert_run(rt, run_id, user=owner, status=JobStatus.STOPPED)
+    with rt.transaction() as session:  # and a sweep of the same owner (its one variant)
+        session.add(
+            Sweep(
+                id=sweep_of(run_id),
+                user=owner,
+                project="proj",
+                experiment="exp",
+                idempotency_key=run_id,
+                grid={},
+            )
+        )
+        session.flush()
+        session.add(SweepRun(sweep_id=sweep_of(run_id), run_id=run_id, index=0, params={}))
     return run_id
+
+
+def sweep_of(run_id: str) -> str:
+    return "s-" + run_id[-10:]
 
 
 def new_cell(rt: Runtime, role: Role | None, whose: str) -> Cell:
@@ -143,10 +161,18 @@ def new_cell(rt: Runtime, role: Role | None, whose: str) -> Cell:
 def call(client: TestClient, method: str, path: str, cell: Cell, submit: dict[str, Any]) -> int:
     digest = hashlib.sha256(BLOB).hexdigest()
     ref = "default" if path.startswith(f"{API_PREFIX}/tokens/") else cell.run_id
-    url = path.format(ref=ref, run_id=cell.run_id, sha256=digest, name=cell.other, framework="trl")
+    url = path.format(
+        ref=ref,
+        run_id=cell.run_id,
+        sha256=digest,
+        name=cell.other,
+        framework="trl",
+        sweep_id=sweep_of(cell.run_id),
+    )
     bodies: dict[str, dict[str, Any]] = {
         "POST /jobs": {**submit, "idempotency_key": f"key-{next(_ids):08d}"},
         "POST /blobs/missing": {"digests": [digest]},
+        "POST /sweeps": {**submit, "variants": [{}], "idempotency_key": f"key-{next(_ids):08d}"},
         "PUT /admin/quotas/{name}": {"max_runs": 2},
         "PUT /admin/images/defaults/{framework}": {"ref": "ghcr.io/lab/trl:1"},
         "PUT /admin/registries": {"entry": "ghcr.io/lab", "allowed": True},

@@ -17,6 +17,7 @@ from starforge.cli import (
     cmd_server,
     cmd_status,
     cmd_submit,
+    cmd_sweep,
 )
 
 
@@ -63,6 +64,7 @@ app.command(rich_help_panel="Job")(cmd_submit.submit)
 cmd_job.app.command("metrics")(cmd_metrics.metrics)
 cmd_job.app.command("console")(cmd_metrics.console)
 app.add_typer(cmd_job.app, name="job", rich_help_panel="Job")
+app.add_typer(cmd_sweep.app, name="sweep", rich_help_panel="Job")
 app.command("status", rich_help_panel="Job")(cmd_status.status)
 app.add_typer(cmd_server.app, name="server", rich_help_panel="Management")
 app.add_typer(cmd_admin.app, name="admin", rich_help_panel="Management")

@@ -54,6 +54,9 @@ def list_runs(
         str | None, typer.Option("--status", help="Only runs in this status.")
     ] = None,
     json_out: JsonOpt = False,
+    sweep: Annotated[
+        str | None, typer.Option("--sweep", help="Only the variants of this sweep (grid order).")
+    ] = None,
 ) -> None:
     """List your runs, newest first.
 
@@ -63,7 +66,11 @@ def list_runs(
 
     out.set_json(json_out)
     with connect() as client:
-        runs = client.list_runs(limit=limit, status=status).runs
+        if sweep:
+            runs = client.sweep_runs(sweep).runs
+            runs = [r for r in runs if status is None or r.status == status][:limit]
+        else:
+            runs = client.list_runs(limit=limit, status=status).runs
     out.data([r.model_dump(mode="json", exclude={"spec", "events"}) for r in runs])
     if not runs:
         out.line("no runs yet")

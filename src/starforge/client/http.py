@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from starforge import __version__
 from starforge.client.sse import EventStream
-from starforge.contract import api, auth, images
+from starforge.contract import api, auth, images, sweeps
 from starforge.contract.base import Contract
 from starforge.contract.errors import ServerError, ServerUnreachable, from_wire
 
@@ -275,3 +275,20 @@ class Client:
 
     def revoke_token(self, ref: str) -> auth.TokenView:
         return self._post(f"/tokens/{ref}/revoke", auth.TokenView)
+
+    # ---- sweeps (contract.sweeps) --------------------------------------------------------------
+
+    def submit_sweep(self, request: sweeps.SweepRequest) -> sweeps.SweepCreated:
+        return self._post("/sweeps", sweeps.SweepCreated, request)
+
+    def list_sweeps(self, *, limit: int = 50) -> sweeps.SweepList:
+        return self._get("/sweeps", sweeps.SweepList, limit=limit)
+
+    def sweep(self, ref: str, *, metric: str | None = None) -> sweeps.SweepView:
+        return self._get(f"/sweeps/{ref}", sweeps.SweepView, metric=metric)
+
+    def sweep_runs(self, ref: str) -> api.RunList:
+        return self._get(f"/sweeps/{ref}/runs", api.RunList)
+
+    def stop_sweep(self, ref: str) -> sweeps.SweepStopped:
+        return self._post(f"/sweeps/{ref}/stop", sweeps.SweepStopped)

@@ -193,6 +193,14 @@ class Inputs(Contract):
     validation_data: InputRef | None = None
 
 
+class SweepTag(Contract):
+    """Which sweep a run is a variant of, and the parameters that make it that variant."""
+
+    id: str = Field(min_length=1, max_length=40)
+    index: int = Field(ge=0, le=10_000)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
 class JobSpec(Contract):
     api_version: Literal["starforge/v1"] = API_VERSION
     project: str
@@ -210,6 +218,8 @@ class JobSpec(Contract):
     secrets: list[SecretRequest] = Field(
         default_factory=list, max_length=MAX_SECRETS, exclude_if=lambda v: not v
     )
+    # A variant of a sweep (``sf sweep``); absent from the wire for a plain submission.
+    sweep: SweepTag | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @field_validator("hyperparams")
     @classmethod

@@ -35,6 +35,7 @@ from starforge.server.api import (
     meta,
     runs,
     stream,
+    sweeps,
 )
 from starforge.server.api import secrets as secrets_api
 from starforge.server.console import routes as console
@@ -43,6 +44,7 @@ from starforge.server.executors.base import Executor
 from starforge.server.loops import leader, takeover
 from starforge.server.loops.reconciler import reconciler_loop
 from starforge.server.loops.scheduler import scheduler_loop
+from starforge.server.loops.sweeps import sweep_loop
 from starforge.server.runtime import Runtime, build_runtime
 from starforge.server.services import lifecycle as run_lifecycle
 from starforge.server.services import users
@@ -74,7 +76,7 @@ async def lead_loops(rt: Runtime, wake: asyncio.Event) -> None:
         except Exception:  # the reconciler settles whatever this could not start
             log.exception("could not finish the starts a previous leader left")
         wake.set()  # a new leader places whatever waited while no one led
-        await asyncio.gather(scheduler_loop(rt, wake), reconciler_loop(rt))
+        await asyncio.gather(scheduler_loop(rt, wake), reconciler_loop(rt), sweep_loop(rt))
 
     def start_loops() -> list[asyncio.Task[None]]:
         return [asyncio.create_task(leading(), name="loops")]
@@ -127,6 +129,7 @@ def create_app(
     app.include_router(auth.router, prefix=API_PREFIX, dependencies=gate)
     app.include_router(images.router, prefix=API_PREFIX, dependencies=gate)
     app.include_router(secrets_api.router, prefix=API_PREFIX, dependencies=gate)
+    app.include_router(sweeps.router, prefix=API_PREFIX, dependencies=gate)
     console.install(app)
     install_openapi(app)
     return app

@@ -164,6 +164,10 @@ class Settings(BaseSettings):
     quota_defaults: QuotaDefaults = Field(default_factory=QuotaDefaults)
     # A run queued this long goes ahead of fair share (oldest first) within its priority.
     fair_share_patience_s: float = Field(default=1800.0, ge=0)
+    # Preemption: a queued run that cannot fit may pause (checkpoint first) lower-priority running
+    # runs that can resume; none is preempted again within preempt_min_interval_s (no thrash).
+    preemption: bool = True
+    preempt_min_interval_s: float = Field(default=600.0, ge=0)
     hf_offline: bool = True
     # Request bodies, in bytes: a body beyond its route's limit is answered 413 and never kept
     # (Content-Length over the limit is refused before a byte is read; a longer stream is cut).

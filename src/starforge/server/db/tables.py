@@ -3,7 +3,24 @@ declarative metadata (the core tables, quotas, metrics), as the migrations creat
 
 from __future__ import annotations
 
-from starforge.server.db import blobs, images, metrics, models, resources, secrets
+from starforge.server.db import (
+    blobs,
+    images,
+    metrics,
+    models,
+    resources,
+    secrets,
+    sweeps,
+)
 
 Base = models.Base
-__all__ = ["Base", "blobs", "images", "metrics", "models", "resources", "secrets"]
+__all__ = [
+    "Base",
+    "blobs",
+    "images",
+    "metrics",
+    "models",
+    "resources",
+    "secrets",
+    "sweeps",
+]

@@ -14,7 +14,7 @@ import contextlib
 import logging
 
 from starforge.server.runtime import Runtime
-from starforge.server.services import dispatch
+from starforge.server.services import dispatch, preemption
 
 log = logging.getLogger(__name__)
 TICK_S = 1.0
@@ -26,6 +26,7 @@ def run_pass(rt: Runtime) -> int:
         orders = dispatch.schedule_pass(rt)
         for order in orders:
             dispatch.start_attempt(rt, order)
+        preemption.preempt_pass(rt)  # runs that still wait may take lower-priority runs' GPUs
     return len(orders)
 
 

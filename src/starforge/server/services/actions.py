@@ -39,7 +39,7 @@ from starforge.server.services import checkpoints, jobs
 S = JobStatus
 
 
-def _live_refs(attempt: Attempt | None) -> list[str]:
+def live_refs(attempt: Attempt | None) -> list[str]:
     if attempt is None or attempt.ended_at is not None:
         return []
     return [n.live_ref for n in attempt.node_records().values() if n.live_ref]
@@ -97,7 +97,7 @@ def stop(rt: Runtime, user: str, ref: str) -> ActionResult:
         if S(run.status) in ACTIVE:
             reason = "stop requested by user"
             statemachine.transition(session, run, S.STOPPING, reason=reason, actor=user)
-            return f"run {run.id} is stopping", _live_refs(run.current)
+            return f"run {run.id} is stopping", live_refs(run.current)
         statemachine.transition(
             session,
             run,
@@ -127,7 +127,7 @@ def pause(rt: Runtime, user: str, ref: str) -> ActionResult:
             return f"run {run.id} paused (it had not started)", []
         reason = "pause requested by user: the training saves a checkpoint and exits"
         statemachine.transition(session, run, S.PAUSING, reason=reason, actor=user)
-        return f"run {run.id} is pausing (saving a checkpoint)", _live_refs(run.current)
+        return f"run {run.id} is pausing (saving a checkpoint)", live_refs(run.current)
 
     return _act(rt, user, ref, "pause", PAUSABLE, decide, rt.settings.pause_grace_s)
 

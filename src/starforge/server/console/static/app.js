@@ -1,6 +1,7 @@
 // StarForge console: projects -> runs -> a run (spec, parameters, provenance, status and why,
-// attempts, live log, live curves, artifacts). Plain JavaScript over the /api/v1 JSON API;
-// charts are drawn by plotly.js (served from the plotly package installed on the server).
+// attempts, live log, live curves, artifacts) and a sweep (variants ranked, curves overlaid).
+// Plain JavaScript over the /api/v1 JSON API; charts are drawn by plotly.js (served from the
+// plotly package installed on the server).
 "use strict";
 
 const API = "/api/v1";
@@ -228,7 +229,7 @@ async function projectPage(project, query) {
           <th class="num">Steps</th><th>Submitted</th><th class="num">Duration</th><th>Why</th>
           </tr></thead><tbody>${rows}</tbody></table>`
           : `<div class="empty">No ${filter === "all" ? "" : filter + " "}runs.</div>`}
-      </div>`;
+      </div>${await sweepsPanel(project).catch(() => "")}`;
   };
   await render();
   every(5000, () => render().catch(() => {}));
@@ -450,6 +451,63 @@ async function runPage(runId) {
   });
 }
 
+// ---- sweeps: the variants ranked, and their curves of the sweep's metric overlaid -------------
+
+async function sweepsPanel(project) {
+  const { sweeps } = await api("/sweeps?limit=50");
+  const mine = sweeps.filter((w) => w.project === project);
+  if (!mine.length) return "";
+  const rows = mine.map((w) => [
+    `<a class="mono" href="#/sweeps/${esc(w.sweep_id)}">${esc(w.sweep_id)}</a>`,
+    esc(w.experiment), String(w.variants.length),
+    String(w.variants.filter((v) => ACTIVE.has(v.status)).length),
+    esc(w.metric || "-"), when(w.created_at),
+  ]);
+  return `<section class="panel" id="sweeps"><h2>Sweeps</h2>${table(
+    ["sweep", "experiment", "variants", "active", "metric", "submitted"], rows, "sweep-list")}</section>`;
+}
+
+async function sweepPage(sweepId) {
+  const render = async () => {
+    const sweep = await api(`/sweeps/${encodeURIComponent(sweepId)}`);
+    crumbs([["projects", "#/"], [sweep.project, `#/projects/${encodeURIComponent(sweep.project)}`],
+      [sweep.sweep_id]]);
+    const keys = Object.keys(sweep.grid);
+    const rule = sweep.early_stop;
+    const rows = sweep.variants.map((v) => [
+      v.rank ? String(v.rank) : "-",
+      `<a class="mono" href="#/runs/${esc(v.run_id)}">${esc(v.run_id)}</a>`, badge(v.status),
+      ...keys.map((k) => esc(String(v.params[k]))),
+      v.metric === null ? "-" : fmt(v.metric), v.step === null ? "-" : String(v.step),
+      `<span class="muted">${esc(v.status === "stopped" ? v.reason : "")}</span>`,
+    ]);
+    main.innerHTML = `
+      <div class="page-head"><h1 class="mono">${esc(sweep.sweep_id)}</h1>
+        <span class="sub">${esc(sweep.experiment)} · ${sweep.variants.length} variants${rule
+          ? ` · early stopping on ${esc(rule.metric)} (${rule.mode}) at steps ${rule.rungs.join(", ")},
+            keeping 1/${rule.keep}` : ""}</span></div>
+      <section class="panel"><h2>Variants, best first</h2>${table(
+        ["rank", "run", "status", ...keys, sweep.metric || "metric", "step", "why it stopped"],
+        rows, "variants")}</section>
+      <section class="panel"><h2>Curves <span class="aside">${esc(sweep.metric)}</span></h2>
+        <div class="plot" id="sweep-curves"></div></section>`;
+    if (!sweep.metric || !window.Plotly) return;
+    const traces = await Promise.all(sweep.variants.map(async (v) => {
+      const data = await api(`/runs/${encodeURIComponent(v.run_id)}/metrics?key=` +
+        `${encodeURIComponent(sweep.metric)}&max_points=500`);
+      const s = data.series[0] || { steps: [], values: [] };
+      const name = keys.map((k) => `${k}=${v.params[k]}`).join(" ");
+      return { x: s.steps, y: s.values, type: "scatter", mode: "lines", name };
+    }));
+    Plotly.react(document.getElementById("sweep-curves"), traces, {
+      margin: { l: 48, r: 10, t: 6, b: 30 }, height: 320, font: { size: 11 },
+      xaxis: { title: { text: "step", standoff: 4 } }, paper_bgcolor: "#fff", plot_bgcolor: "#fff",
+    }, { displayModeBar: false, responsive: true });
+  };
+  await render();
+  every(5000, () => render().catch(() => {}));
+}
+
 // ---- routing ----------------------------------------------------------------------------------
 
 async function route() {
@@ -468,6 +526,7 @@ async function route() {
   try {
     api("/whoami").then(showWho).catch(() => {});
     if (parts[0] === "runs" && parts[1]) await runPage(parts[1]);
+    else if (parts[0] === "sweeps" && parts[1]) await sweepPage(parts[1]);
     else if (parts[0] === "projects" && parts[1]) await projectPage(parts[1], query);
     else await projectsPage();
   } catch (err) {

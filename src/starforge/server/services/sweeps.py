@@ -1,0 +1,395 @@
+"""Sweeps: admit a grid of variants as normal runs, show them ranked, stop them, early-stop them.
+
+:func:`submit` admits every variant first (the same admission as ``POST /jobs``, one package for
+all), then writes the sweep and all its runs in ONE transaction: a sweep is created whole or not
+at all, and a resent request (same user, same idempotency key) answers with the sweep it made.
+Each variant is a run like any other: its spec carries the sweep tag (``JobSpec.sweep``) and its
+hyperparameters are the common ones plus the variant's.
+
+:func:`early_stop_pass` (the leader's sweep loop) applies ASHA (``services/asha``) to every sweep
+with early stopping that still has active variants: the decision and the ``stopping`` transition
+(actor ``sweep S-ID``, reason naming the rung and the value) are committed before the runners are
+signalled. Once such a run is ``stopped`` its reason is set back to the sweep's note, so ``sf job
+status`` says why it ended, not merely that it was stopped.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+import secrets
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, selectinload
+
+from starforge.contract.api import ActionResult, RunView, SubmitRequest, SubmitResponse
+from starforge.contract.errors import NotFound
+from starforge.contract.jobspec import SweepTag
+from starforge.contract.states import ACTIVE, EndReason, JobStatus
+from starforge.contract.sweeps import EarlyStop, SweepCreated, SweepRequest, SweepView, VariantView
+from starforge.server import statemachine
+from starforge.server.db.metrics import MetricPoint
+from starforge.server.db.models import Run
+from starforge.server.db.sweeps import Sweep, SweepRun
+from starforge.server.executors.base import SupportsCheckPools
+from starforge.server.runtime import Runtime
+from starforge.server.services import actions, admission, asha, blobs, images, jobs, quotas, users
+
+log = logging.getLogger(__name__)
+_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
+SWEEP_REF = re.compile(r"^s-[0-9a-z]{1,10}$")
+STOPPABLE_BY_SWEEP = frozenset({JobStatus.QUEUED, *ACTIVE}) - {JobStatus.STOPPING}
+
+
+def new_sweep_id() -> str:
+    return "s-" + "".join(secrets.choice(_ALPHABET) for _ in range(10))
+
+
+# ---- submit -----------------------------------------------------------------------------------
+
+
+def variant_request(req: SweepRequest, sweep_id: str, index: int) -> SubmitRequest:
+    """The submission of variant ``index``: the common spec, its parameters, its sweep tag."""
+    params = req.variants[index]
+    spec = req.spec.model_copy(
+        update={
+            "hyperparams": {**req.spec.hyperparams, **params},
+            "sweep": SweepTag(id=sweep_id, index=index, params=params),
+        }
+    )
+    return SubmitRequest(
+        spec=spec,
+        manifest=req.manifest,
+        idempotency_key=f"{req.idempotency_key}:{index}",
+        max_retries=req.max_retries,
+    )
+
+
+def _admit_all(rt: Runtime, user: str, requests: list[SubmitRequest]) -> list[admission.Admitted]:
+    with rt.transaction() as session:
+        limits, _ = quotas.effective(session, rt.settings, user)
+        image_check = functools.partial(
+            images.admit_image,
+            settings=rt.settings,
+            defaults=images.framework_defaults(session),
+            entries=images.allowlist(session, rt.settings),
+        )
+    executor_check = (
+        rt.executor.check_pools if isinstance(rt.executor, SupportsCheckPools) else None
+    )
+    admitted = [
+        admission.admit(
+            r.spec,
+            r.manifest,
+            profiles=rt.settings.profiles,
+            inventory=rt.inventory,
+            storage=rt.storage,
+            quota=limits,
+            shared_roots=rt.settings.shared_roots,
+            executor_check=executor_check,
+            image_check=image_check,
+        )
+        for r in requests
+    ]
+    blobs.require_owned(rt, user, requests[0].manifest.digests())
+    return admitted
+
+
+def _existing(session: Session, user: str, key: str) -> SweepCreated | None:
+    sweep = session.scalars(
+        select(Sweep).where(Sweep.user == user, Sweep.idempotency_key == key)
+    ).one_or_none()
+    if sweep is None:
+        return None
+    members = _members(session, sweep.id)
+    return SweepCreated(
+        sweep_id=sweep.id,
+        created=False,
+        runs=[jobs._response(session, run, created=False, warnings=[]) for _, run in members],
+    )
+
+
+def submit(rt: Runtime, user: str, req: SweepRequest) -> SweepCreated:
+    """Admit every variant, then create the sweep and all its runs at once."""
+    with rt.transaction() as session:
+        found = _existing(session, user, req.idempotency_key)
+        if found is not None:
+            return found
+        priority = quotas.effective(session, rt.settings, user)[0].priority
+    sweep_id = new_sweep_id()
+    requests = [variant_request(req, sweep_id, i) for i in range(len(req.variants))]
+    admitted = _admit_all(rt, user, requests)
+    grid: dict[str, list[Any]] = {}
+    for variant in req.variants:
+        for key, value in variant.items():
+            if value not in grid.setdefault(key, []):
+                grid[key].append(value)
+    runs = [jobs._new_run(user, r, a) for r, a in zip(requests, admitted, strict=True)]
+    try:
+        with rt.transaction() as session:
+            session.add(
+                Sweep(
+                    id=sweep_id,
+                    user=user,
+                    project=req.spec.project,
+                    experiment=req.spec.experiment,
+                    idempotency_key=req.idempotency_key,
+                    grid=grid,
+                    early_stop=req.early_stop.model_dump(mode="json") if req.early_stop else None,
+                )
+            )
+            session.flush()  # the sweep row before the rows that point at it
+            for index, run in enumerate(runs):
+                run.priority = priority
+                statemachine.admit(
+                    session, run, reason=f"waiting for the scheduler (sweep {sweep_id})", actor=user
+                )
+                session.flush()
+                session.add(
+                    SweepRun(
+                        sweep_id=sweep_id, run_id=run.id, index=index, params=req.variants[index]
+                    )
+                )
+    except IntegrityError:  # the same key committed meanwhile: answer with that sweep
+        with rt.transaction() as session:
+            found = _existing(session, user, req.idempotency_key)
+            if found is None:
+                raise
+            return found
+    rt.wake_scheduler()
+    with rt.transaction() as session:
+        answers: list[SubmitResponse] = []
+        for run, a in zip(runs, admitted, strict=True):
+            fresh = session.get(Run, run.id)
+            assert fresh is not None
+            answers.append(jobs._response(session, fresh, created=True, warnings=a.warnings))
+    return SweepCreated(sweep_id=sweep_id, created=True, runs=answers)
+
+
+# ---- read -------------------------------------------------------------------------------------
+
+
+def _members(session: Session, sweep_id: str) -> list[tuple[SweepRun, Run]]:
+    rows = session.execute(
+        select(SweepRun, Run)
+        .join(Run, Run.id == SweepRun.run_id)
+        .where(SweepRun.sweep_id == sweep_id)
+        .order_by(SweepRun.index)
+    ).all()
+    return [(member, run) for member, run in rows]
+
+
+def resolve(session: Session, user: str, ref: str) -> Sweep:
+    """The user's sweep by full id or an unambiguous prefix."""
+    ref = ref.strip()
+    ref = ref if ref.startswith("s-") else "s-" + ref
+    rows: list[Sweep] = []
+    if SWEEP_REF.match(ref):  # ids hold no LIKE wildcards, so a valid prefix is used as is
+        found = session.scalars(select(Sweep).where(Sweep.id.like(ref + "%")).limit(9)).all()
+        rows = [s for s in found if users.may_see(user, s.user)]
+    if len(rows) != 1:
+        raise NotFound(
+            f"no sweep of yours matches {ref!r}"
+            if not rows
+            else f"{ref!r} matches several sweeps: {', '.join(s.id for s in rows)}",
+            hint="`sf sweep ls` lists your sweeps",
+            details={"ref": ref},
+        )
+    return rows[0]
+
+
+def _points(
+    session: Session, run_ids: Iterable[str], key: str
+) -> dict[str, list[tuple[int, float]]]:
+    out: dict[str, list[tuple[int, float]]] = {}
+    rows = session.execute(
+        select(MetricPoint.run_id, MetricPoint.step, MetricPoint.value).where(
+            MetricPoint.run_id.in_(list(run_ids)), MetricPoint.key == key
+        )
+    ).all()
+    for run_id, step, value in rows:
+        out.setdefault(run_id, []).append((int(step), float(value)))
+    return out
+
+
+def early_stop_of(sweep: Sweep) -> EarlyStop | None:
+    return EarlyStop.read(sweep.early_stop) if sweep.early_stop else None
+
+
+def view(session: Session, sweep: Sweep, metric: str = "") -> SweepView:
+    """The sweep with its variants, best first by the latest value of ``metric`` (default: the
+    early-stopping metric), variants without a value last in grid order."""
+    rule = early_stop_of(sweep)
+    metric = metric or (rule.metric if rule else "")
+    mode = rule.mode if rule else "min"
+    members = _members(session, sweep.id)
+    points = _points(session, [r.id for _, r in members], metric) if metric else {}
+    variants = []
+    for member, run in members:
+        latest = max(points.get(run.id, []), default=None)
+        variants.append(
+            VariantView(
+                run_id=run.id,
+                index=member.index,
+                params=member.params,
+                status=JobStatus(run.status),
+                end_reason=run.end_reason or None,
+                reason=run.reason,
+                metric=latest[1] if latest else None,
+                step=latest[0] if latest else None,
+            )
+        )
+    sign = 1.0 if mode == "min" else -1.0
+    variants.sort(
+        key=lambda v: (v.metric is None, sign * v.metric if v.metric is not None else 0, v.index)
+    )
+    for rank, v in enumerate(x for x in variants if x.metric is not None):
+        v.rank = rank + 1
+    return SweepView(
+        sweep_id=sweep.id,
+        user=sweep.user,
+        project=sweep.project,
+        experiment=sweep.experiment,
+        created_at=sweep.created_at,
+        grid=sweep.grid,
+        early_stop=rule,
+        metric=metric,
+        variants=variants,
+    )
+
+
+def get(rt: Runtime, user: str, ref: str, metric: str = "") -> SweepView:
+    with rt.transaction() as session:
+        return view(session, resolve(session, user, ref), metric)
+
+
+def list_sweeps(rt: Runtime, user: str, limit: int = 50) -> list[SweepView]:
+    with rt.transaction() as session:
+        query = select(Sweep).order_by(Sweep.created_at.desc()).limit(limit)
+        if not users.sees_all(user):
+            query = query.where(Sweep.user == str(user))
+        return [view(session, s) for s in session.scalars(query).all()]
+
+
+def runs(rt: Runtime, user: str, ref: str) -> list[RunView]:
+    """The sweep's runs as ``sf job ls`` shows runs, in grid order."""
+    with rt.transaction() as session:
+        sweep = resolve(session, user, ref)
+        ids = [r.id for _, r in _members(session, sweep.id)]
+        rows = session.scalars(
+            select(Run).where(Run.id.in_(ids)).options(selectinload(Run.attempts))
+        ).all()
+        by_id = {r.id: r for r in rows}
+        return [jobs.view(rt, by_id[i], full=False) for i in ids if i in by_id]
+
+
+def stop(rt: Runtime, user: str, ref: str) -> list[ActionResult]:
+    """Stop every variant that has not ended (each answered like ``sf job stop``)."""
+    with rt.transaction() as session:
+        sweep = resolve(session, user, ref)
+        ids = [
+            r.id
+            for _, r in _members(session, sweep.id)
+            if JobStatus(r.status) in STOPPABLE_BY_SWEEP
+        ]
+    return [actions.stop(rt, user, run_id) for run_id in ids]
+
+
+# ---- early stopping (ASHA) --------------------------------------------------------------------
+
+
+def _judge(session: Session, sweep: Sweep, rule: EarlyStop) -> list[tuple[SweepRun, Run, str]]:
+    """Decide ``sweep``'s stops, write them (``stopping``, the note); return what to signal."""
+    members = _members(session, sweep.id)
+    points = _points(session, [r.id for _, r in members], rule.metric)
+    variants = [
+        asha.Variant(
+            run_id=run.id,
+            index=member.index,
+            active=member.stopped_rung is None and JobStatus(run.status) in STOPPABLE_BY_SWEEP,
+            values=asha.rung_values(points.get(run.id, []), rule.rungs),
+        )
+        for member, run in members
+    ]
+    by_id = {run.id: (member, run) for member, run in members}
+    decided = []
+    for stop in asha.decide(variants, rule.rungs, rule.keep, rule.mode):
+        member, run = by_id[stop.run_id]
+        session.refresh(run, with_for_update=True)
+        if JobStatus(run.status) not in STOPPABLE_BY_SWEEP:
+            continue  # it ended meanwhile
+        note = asha.note(sweep.id, rule.metric, rule.keep, stop)
+        member.stopped_rung, member.note = stop.rung, note
+        decided.append((member, run, note))
+    return decided
+
+
+def _stop_variant(session: Session, run: Run, sweep_id: str, note: str) -> list[str]:
+    """``stopping`` (or ``stopped`` when it holds nothing) with the sweep's note; the node
+    references to signal after commit."""
+    actor = f"sweep {sweep_id}"
+    if JobStatus(run.status) in ACTIVE:
+        statemachine.transition(session, run, JobStatus.STOPPING, reason=note, actor=actor)
+        return actions.live_refs(run.current)
+    statemachine.transition(
+        session,
+        run,
+        JobStatus.STOPPED,
+        reason=note,
+        actor=actor,
+        end_reason=EndReason.STOPPED_BY_USER,
+    )
+    return []
+
+
+def early_stop_pass(rt: Runtime) -> int:
+    """One ASHA pass over the sweeps with early stopping and an active variant; the number of
+    variants it stopped. A stopped variant's reason is set back to its note once it ended."""
+    active = [s.value for s in STOPPABLE_BY_SWEEP | {JobStatus.STOPPING}]
+    refs: list[str] = []
+    stopped = 0
+    with rt.transaction() as session:
+        sweeps = session.scalars(
+            select(Sweep)
+            .where(Sweep.early_stop.is_not(None))
+            .where(
+                Sweep.id.in_(
+                    select(SweepRun.sweep_id)
+                    .join(Run, Run.id == SweepRun.run_id)
+                    .where(Run.status.in_(active))
+                )
+            )
+        ).all()
+        for sweep in sweeps:
+            rule = early_stop_of(sweep)
+            if rule is None:
+                continue
+            for _, run, note in _judge(session, sweep, rule):
+                refs += _stop_variant(session, run, sweep.id, note)
+                stopped += 1
+        _restore_notes(session)
+    for ref in refs:  # after commit: the decision is saved before it is acted on
+        rt.executor.stop(ref, rt.settings.stop_grace_s)
+    if stopped:
+        log.info("early stopping: %d variant(s) stopped", stopped)
+        rt.wake_scheduler()
+    return stopped
+
+
+def _restore_notes(session: Session) -> None:
+    """A variant the sweep stopped shows the sweep's note, not "stopped by user"."""
+    rows = session.execute(
+        select(SweepRun, Run)
+        .join(Run, Run.id == SweepRun.run_id)
+        .where(
+            SweepRun.note != "",
+            Run.status == JobStatus.STOPPED.value,
+            Run.reason != SweepRun.note,
+        )
+    ).all()
+    for member, run in rows:
+        statemachine.set_reason(run, member.note)

@@ -1,0 +1,182 @@
+"""Running a lab: checkpoint-first preemption and sweeps with early stopping, on a real server
+with real runners (custom/custom jobs for preemption, tiny trl/sft runs for the sweep)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from starforge.project import experiments
+from starforge.project.lab import Lab
+from tests.conftest import Result, commit_all
+from tests.integration.conftest import embedded_server, wait_for
+from tests.integration.test_lifecycle import (
+    FINAL,
+    IMAGE,
+    custom_steps,
+    log_of,
+    submit_custom,
+    wait_for_log,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def server_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    with embedded_server(
+        tmp_path_factory.mktemp("sf-home"), {"stop_grace_s": 30, "pause_grace_s": 60}
+    ) as home:
+        yield home
+
+
+def me(sf: Callable[..., Result]) -> str:
+    got = sf("whoami", "--json").json()
+    assert isinstance(got, dict)
+    return str(got["user"])
+
+
+def set_priority(sf: Callable[..., Result], user: str, priority: int) -> None:
+    got = sf("admin", "quota", "set", user, "--priority", str(priority))
+    assert got.code == 0, got.err
+
+
+def add_short_experiment(lab: Lab, name: str) -> None:
+    """A second custom experiment in ``lab`` whose train.sh runs three quick steps."""
+    experiments.new_experiment(lab, name, "custom/custom")
+    folder = lab.root / "experiments" / name
+    script = folder / "train.sh"
+    script.write_text(
+        re.sub(r'STEPS="\$\{STEPS:-\d+\}"', 'STEPS="${STEPS:-3}"', script.read_text())
+    )
+    (folder / "config.yaml").write_text("starforge:\n  observability: platform\n")
+    commit_all(lab.root, f"add {name}")
+
+
+def test_a_priority_run_takes_the_gpus_of_a_resumable_run_which_resumes_continuously(
+    sf: Callable[..., Result], custom_lab: Callable[..., Lab]
+) -> None:
+    user = me(sf)
+    set_priority(sf, user, 0)
+    lab = custom_lab(steps=40, step_seconds=0.2)
+    add_short_experiment(lab, "c2")
+    low = submit_custom(sf, lab, profile="h200:16")  # both nodes whole
+    wait_for_log(sf, low, r"\[checkpoint\] \S+/step-5")
+    set_priority(sf, user, 10)
+    got = sf("submit", "c2", "--profile", "h200:8", "--image", IMAGE, "--json", cwd=lab.root)
+    assert got.code == 0, got.err
+    urgent = str(got.json()["run_id"])  # type: ignore[index]
+    set_priority(sf, user, 0)
+
+    done = wait_for(sf, urgent, FINAL)
+    assert done["status"] == "succeeded"
+    view = wait_for(sf, low, FINAL, timeout=300)
+    assert view["status"] == "succeeded", log_of(view, 2)[-2000:]
+    events = view["events"]
+    pausing = next(e for e in events if e["dst"] == "pausing")
+    assert pausing["actor"] == f"preempted by {urgent} (priority 10)"
+    requeued = next(e for e in events if e["actor"] == "preemption")
+    assert requeued["reason"].startswith(f"requeued after preemption by {urgent} (priority 10)")
+    first, second = view["attempts"][:2]
+    assert first["end_reason"] == "preempted"
+    one, two = custom_steps(log_of(view, 1)), custom_steps(log_of(view, 2))
+    saved = int(second["resumed_from"].rsplit("step-", 1)[1])
+    assert one == list(range(1, len(one) + 1)) and len(one) <= saved  # from 1, no gap
+    assert f"(step {saved})" in log_of(view, 2)  # attempt 2 resumed from that checkpoint
+    assert two == list(range(saved + 1, 41))  # the step counter continued from the checkpoint
+    # The urgent run started only after the low one released its GPUs: no GPU was shared.
+    assert done["started_at"] >= pausing["at"]
+
+
+SFT_ARGS = [
+    "--profile", "h200:1", "--model", "models/tiny-llama",
+    "--train-data", "data/sft-train.jsonl", "--validation-data", "data/sft-val.jsonl",
+    "-s", "max_steps=40", "-s", "logging_steps=1", "-s", "save_steps=1000",
+    "-s", "eval_steps=1000",
+]  # fmt: skip
+
+
+def sft_lab(new_lab: Callable[..., Lab]) -> Lab:
+    lab = new_lab()
+    experiments.new_experiment(lab, "s1", "trl/sft")
+    subprocess.run(
+        [sys.executable, "experiments/s1/prepare.py"], cwd=lab.root, check=True, capture_output=True
+    )
+    commit_all(lab.root, "add s1")
+    return lab
+
+
+def loss_at(sf: Callable[..., Result], run_id: str, step: int) -> float | None:
+    """The loss the run logged at the latest step <= ``step`` (the value ASHA judged)."""
+    body: Any = sf("job", "metrics", run_id, "-k", "loss", "--json").json()
+    points = [p for s in body["series"] for p in zip(s["steps"], s["values"], strict=True)]
+    before = [v for s, v in sorted(points) if s <= step]
+    return before[-1] if before else None
+
+
+def test_a_dry_run_sweep_lists_the_typed_variants_and_submits_nothing(
+    sf: Callable[..., Result], new_lab: Callable[..., Lab]
+) -> None:
+    lab = sft_lab(new_lab)
+
+    def run_ids() -> set[str]:
+        listed: Any = sf("job", "ls", "--limit", "1000", "--json").json()
+        return {r["run_id"] for r in listed}
+
+    before = run_ids()
+    got = sf(
+        "sweep", "s1", "-g", "learning_rate=1e-4,4e-3", "-g", "seed=1,2,3", *SFT_ARGS,
+        "--dry-run", "--json", cwd=lab.root,
+    )  # fmt: skip
+    assert got.code == 0, got.err
+    plan = got.json()
+    assert isinstance(plan, dict)
+    assert plan["variants"][0] == {"learning_rate": 1e-4, "seed": 1}
+    assert len(plan["variants"]) == 6 and plan["hyperparams"]["max_steps"] == 40
+    assert run_ids() == before  # nothing submitted
+    typo = sf("sweep", "s1", "-g", "seed=1,x", *SFT_ARGS, "--dry-run", cwd=lab.root)
+    assert typo.code == 2 and "seed" in typo.err
+
+
+@pytest.mark.training
+def test_a_sweep_of_six_tiny_sft_runs_stops_the_worst_at_the_first_rung_and_ranks_them(
+    sf: Callable[..., Result], new_lab: Callable[..., Lab]
+) -> None:
+    lab = sft_lab(new_lab)
+    got = sf(
+        "sweep", "s1", "-g", "learning_rate=0.0001,0.004", "-g", "seed=1,2,3", *SFT_ARGS,
+        "--early-stop", "--stop-metric", "loss", "--rungs", "4", "--keep", "2", "--json",
+        cwd=lab.root,
+    )  # fmt: skip
+    assert got.code == 0, got.err + got.out[-2000:]
+    created = got.json()
+    assert isinstance(created, dict)
+    sweep_id, runs = created["sweep_id"], [r["run_id"] for r in created["runs"]]
+    assert len(runs) == 6 and created["files_uploaded"] >= 1
+    listed = sf("job", "ls", "--sweep", sweep_id, "--json").json()
+    assert isinstance(listed, list) and [r["run_id"] for r in listed] == runs
+
+    views = {r: wait_for(sf, r, FINAL, timeout=600) for r in runs}
+    stopped = {r for r, v in views.items() if v["status"] == "stopped"}
+    finished = {r for r, v in views.items() if v["status"] == "succeeded"}
+    assert len(stopped) == 3 and len(finished) == 3, {r: v["status"] for r, v in views.items()}
+    for r in stopped:
+        assert str(views[r]["reason"]).startswith(f"early-stopped by sweep {sweep_id} at rung 4")
+    rung = {r: loss_at(sf, r, 4) for r in runs}
+    assert max(rung[r] for r in finished) <= min(rung[r] for r in stopped)  # type: ignore[type-var]
+
+    status = sf("sweep", "status", sweep_id, "--json").json()
+    assert isinstance(status, dict)
+    ranked = [v["run_id"] for v in status["variants"]]
+    assert set(ranked[:3]) == finished  # the finished ones lead on their final loss
+    assert [v["rank"] for v in status["variants"]] == [1, 2, 3, 4, 5, 6]
+    table = sf("sweep", "status", sweep_id)
+    assert table.code == 0 and "learning_rate" in table.out and "LOSS" in table.out
+    assert json.dumps(status)  # a JSON document for scripts
