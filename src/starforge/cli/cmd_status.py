@@ -94,11 +94,21 @@ def status(json_out: JsonOpt = False) -> None:
     Example: sf status --json
     """
     from starforge.cli.connect import connect
+    from starforge.client import labops
 
     out.set_json(json_out)
     with connect() as client:
         cluster = client.cluster_status()
         mine = client.my_usage()
-    out.data({"cluster": cluster.model_dump(mode="json"), "me": mine.model_dump(mode="json")})
+        hours = labops.my_gpu_hours(client)
+    out.data(
+        {
+            "cluster": cluster.model_dump(mode="json"),
+            "me": mine.model_dump(mode="json"),
+            "gpu_hours": hours.model_dump(mode="json"),
+        }
+    )
     _print_cluster(cluster)
     _print_mine(mine)
+    cap = "" if hours.daily_quota is None else f" of {hours.daily_quota:g} a day"
+    out.line(f"\nGPU-hours: {hours.today:.2f} today (UTC){cap}, {hours.total:.2f} in total")

@@ -50,9 +50,7 @@ class MaintenancePaused(Base):
 
     __tablename__ = "maintenance_paused"
 
-    run_id: Mapped[str] = mapped_column(
-        ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
-    )
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
     seq: Mapped[int] = mapped_column(Integer)
     priority: Mapped[int] = mapped_column(Integer, default=0)
     paused_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
@@ -105,3 +103,15 @@ class NotifyDelivery(Base):
     status_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     ok: Mapped[bool] = mapped_column(Boolean, default=False)
     error: Mapped[str] = mapped_column(Text, default="")
+
+
+def drain_note(conn: Any) -> str | None:
+    """While a maintenance drain is on, why nothing starts (the scheduler's guard); else None."""
+    from sqlalchemy import select
+
+    row = conn.execute(select(Maintenance.active, Maintenance.note).where(Maintenance.id == 1))
+    found = row.first()
+    if found is None or not found[0]:
+        return None
+    note = f" ({found[1]})" if found[1] else ""
+    return f"maintenance{note}: the scheduler starts no run until an admin resumes"
