@@ -107,7 +107,7 @@ def never_checkpoints(text: str) -> str:
 def test_drain_pauses_the_resumable_runs_reports_the_blocker_and_resume_finishes_them(
     sf: Callable[..., Result], custom_lab: Callable[..., Lab]
 ) -> None:
-    lab = custom_lab(steps=60, step_seconds=0.1)
+    lab = custom_lab(steps=300, step_seconds=0.1)  # 30 s: still training when the drain comes
     add_experiment(lab, "nock", never_checkpoints)
     resumable = [submit(sf, lab, "c1"), submit(sf, lab, "c1")]
     blocker = submit(sf, lab, "nock")
@@ -142,7 +142,7 @@ def test_drain_pauses_the_resumable_runs_reports_the_blocker_and_resume_finishes
         assert view["status"] == "succeeded" and len(view["attempts"]) == 2
         saved = int(view["attempts"][1]["resumed_from"].rsplit("-", 1)[1])
         assert steps(log_of(view, 1))[-1] >= saved  # paused after its last checkpoint
-        assert steps(log_of(view, 2)) == list(range(saved + 1, 61))  # the count continues
+        assert steps(log_of(view, 2)) == list(range(saved + 1, 301))  # the count continues
     assert wait_for(sf, newcomer, FINAL)["status"] == "succeeded"
 
 
