@@ -124,6 +124,9 @@ def test_drain_pauses_the_resumable_runs_reports_the_blocker_and_resume_finishes
         view = wait_for(sf, run_id, {"paused", *FINAL})
         assert (view["status"], view["end_reason"]) == ("paused", "paused_by_user")
     assert view_of(sf, blocker)["status"] == "running"  # a blocker is never paused
+    shown = sf("admin", "maintenance", "status")
+    assert shown.code == 0 and "driver upgrade" in shown.out and blocker in shown.out
+    assert "not safe" in shown.out and "no checkpoint yet" in shown.out
 
     newcomer = submit(sf, lab, "c1")  # submissions still queue while dispatch is stopped
     wait_until(
@@ -231,6 +234,15 @@ def test_a_receiver_down_for_a_while_still_gets_a_signed_payload_per_terminal_st
     listed = sf_json(sf, "notify", "ls")["endpoints"]
     assert secret not in json.dumps(listed) and listed[0]["delivered"] == 3
     check_usage_matches_the_attempts(sf)
+    for args, text in (
+        (("notify", "ls"), made["id"]),
+        (("notify", "log"), ran["failed"]),
+        (("admin", "usage", "--by", "project"), "GPU-HOURS"),
+        (("status",), "GPU-hours: "),
+    ):
+        shown = sf(*args)
+        assert shown.code == 0 and text in shown.out, shown.err + shown.out
+        assert secret not in shown.out
 
 
 def check_usage_matches_the_attempts(sf: Callable[..., Result]) -> None:

@@ -67,7 +67,8 @@ def drain(rt: Runtime, admin: users.Caller, note: str) -> MaintenanceStatus:
             continue
         seq += 1
         with rt.transaction() as session:
-            priority = session.get(Run, run_id).priority  # type: ignore[union-attr]
+            run = session.get(Run, run_id)
+            priority = run.priority if run is not None else 0
             session.merge(MaintenancePaused(run_id=run_id, seq=seq, priority=priority))
     rt.wake_scheduler()
     return status(rt, admin)
