@@ -183,6 +183,9 @@ def call(client: TestClient, method: str, path: str, cell: Cell, submit: dict[st
         "POST /runs/{run_id}/ingest": {},
         "POST /secrets": {"name": "HF_TOKEN", "value": "matrix-value"},
         "POST /runs/{run_id}/secrets": {"attempt": 1},
+        "PUT /admin/usage/quotas/{name}": {"gpu_hours": 10},
+        "POST /admin/maintenance/drain": {"note": "matrix"},
+        "POST /notify/endpoints": {"url": "https://93.184.216.34/hook"},
     }
     key = f"{method} {path.removeprefix(API_PREFIX)}"
     headers = {"Authorization": f"Bearer {cell.token}"} if cell.token else {}

@@ -13,6 +13,7 @@ from starforge.cli import (
     cmd_lab,
     cmd_methods,
     cmd_metrics,
+    cmd_notify,
     cmd_secret,
     cmd_server,
     cmd_status,
@@ -68,6 +69,7 @@ app.add_typer(cmd_sweep.app, name="sweep", rich_help_panel="Job")
 app.command("status", rich_help_panel="Job")(cmd_status.status)
 app.add_typer(cmd_server.app, name="server", rich_help_panel="Management")
 app.add_typer(cmd_admin.app, name="admin", rich_help_panel="Management")
+app.add_typer(cmd_notify.app, name="notify", rich_help_panel="Job")
 app.command(rich_help_panel="Management")(cmd_auth.login)
 app.command(rich_help_panel="Management")(cmd_auth.logout)
 app.command(rich_help_panel="Management")(cmd_auth.whoami)

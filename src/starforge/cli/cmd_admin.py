@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.markup import escape
 
+from starforge.cli import cmd_usage
 from starforge.cli.cmd_status import quota_rows
 from starforge.cli.output import JsonOpt, out
 
@@ -45,6 +46,8 @@ app.add_typer(image_app, name="image")
 app.add_typer(registry_app, name="registry")
 secrets_app = typer.Typer(help="The key that seals secrets at rest.", no_args_is_help=True)
 app.add_typer(secrets_app, name="secrets")
+app.add_typer(cmd_usage.app, name="usage")
+app.add_typer(cmd_usage.maintenance_app, name="maintenance")
 NONE = "none"
 _SERIES_LIMIT = re.compile(r"^(?P<series>[A-Za-z0-9][A-Za-z0-9._-]*)=(?P<n>\d+|none)$")
 

@@ -11,6 +11,7 @@ from starforge.cli.output import JsonOpt, out, status_text
 
 if TYPE_CHECKING:
     from starforge.contract.api import ClusterStatus, MyUsage, Quota, Usage
+    from starforge.contract.labops import MyGpuHours
 
 
 def _limit(used: int, cap: int | None) -> str:
@@ -94,11 +95,26 @@ def status(json_out: JsonOpt = False) -> None:
     Example: sf status --json
     """
     from starforge.cli.connect import connect
+    from starforge.client import labops
+    from starforge.contract.errors import NotFound
 
     out.set_json(json_out)
     with connect() as client:
         cluster = client.cluster_status()
         mine = client.my_usage()
-    out.data({"cluster": cluster.model_dump(mode="json"), "me": mine.model_dump(mode="json")})
+        try:
+            hours: MyGpuHours | None = labops.my_gpu_hours(client)
+        except NotFound:  # a server from before GPU-hour accounting
+            hours = None
+    out.data(
+        {
+            "cluster": cluster.model_dump(mode="json"),
+            "me": mine.model_dump(mode="json"),
+            "gpu_hours": hours.model_dump(mode="json") if hours else None,
+        }
+    )
     _print_cluster(cluster)
     _print_mine(mine)
+    if hours is not None:
+        cap = "" if hours.daily_quota is None else f" of {hours.daily_quota:g} a day"
+        out.line(f"\nGPU-hours: {hours.today:.2f} today (UTC){cap}, {hours.total:.2f} in total")

@@ -31,6 +31,7 @@ from starforge.server.api import (
     errors,
     images,
     ingest,
+    labops,
     lifecycle,
     meta,
     runs,
@@ -42,6 +43,7 @@ from starforge.server.console import routes as console
 from starforge.server.db import tables as _tables  # noqa: F401  (registers every ORM table)
 from starforge.server.executors.base import Executor
 from starforge.server.loops import leader, takeover
+from starforge.server.loops.notify import notify_loop
 from starforge.server.loops.reconciler import reconciler_loop
 from starforge.server.loops.scheduler import scheduler_loop
 from starforge.server.loops.sweeps import sweep_loop
@@ -76,7 +78,9 @@ async def lead_loops(rt: Runtime, wake: asyncio.Event) -> None:
         except Exception:  # the reconciler settles whatever this could not start
             log.exception("could not finish the starts a previous leader left")
         wake.set()  # a new leader places whatever waited while no one led
-        await asyncio.gather(scheduler_loop(rt, wake), reconciler_loop(rt), sweep_loop(rt))
+        await asyncio.gather(
+            scheduler_loop(rt, wake), reconciler_loop(rt), sweep_loop(rt), notify_loop(rt)
+        )
 
     def start_loops() -> list[asyncio.Task[None]]:
         return [asyncio.create_task(leading(), name="loops")]
@@ -130,6 +134,7 @@ def create_app(
     app.include_router(images.router, prefix=API_PREFIX, dependencies=gate)
     app.include_router(secrets_api.router, prefix=API_PREFIX, dependencies=gate)
     app.include_router(sweeps.router, prefix=API_PREFIX, dependencies=gate)
+    app.include_router(labops.router, prefix=API_PREFIX, dependencies=gate)
     console.install(app)
     install_openapi(app)
     return app

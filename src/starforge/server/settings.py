@@ -204,6 +204,16 @@ class Settings(BaseSettings):
     # $HF_ENDPOINT, else huggingface_hub's default.
     hub_preflight: Literal["auto", "on", "off", "strict"] = "auto"
     hf_endpoint: str = ""
+    # Running a lab (docs: ``sf admin usage|maintenance``, ``sf notify``). ``daily_gpu_hours``:
+    # GPU-hours per user per UTC day for users an admin set none for (None: no daily limit).
+    # Webhooks go to http(s) URLs only; ``notify_allow_private`` lets them reach loopback and
+    # private addresses (None: only the embedded server, which is local to its one user, may).
+    daily_gpu_hours: float | None = Field(default=None, ge=0)
+    notify_allow_private: bool | None = None
+    notify_backoff_s: float = Field(default=2.0, gt=0)  # first retry; doubles up to the max
+    notify_backoff_max_s: float = Field(default=600.0, gt=0)
+    notify_max_tries: int = Field(default=12, ge=1)
+    notify_timeout_s: float = Field(default=10.0, gt=0)
 
     @model_validator(mode="after")
     def _derive(self) -> Settings:

@@ -37,6 +37,7 @@ from starforge.contract.states import (
     next_node_state,
 )
 from starforge.server.db.models import Attempt, Event, Run, utcnow
+from starforge.server.services import notify
 
 
 def admit(session: Session, run: Run, *, reason: str, actor: str) -> None:
@@ -85,6 +86,8 @@ def transition(
     session.add(
         Event(run_id=run.id, at=now, src=src.value, dst=dst.value, reason=reason, actor=actor)
     )
+    if dst.is_terminal:  # webhooks owed, in this same transaction (an outbox)
+        notify.enqueue(session, run, now)
 
 
 def place_nodes(attempt: Attempt, nodes: dict[int, NodeRecord]) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from starforge.server.db import (
     blobs,
     images,
+    labops,
     metrics,
     models,
     resources,
@@ -18,6 +19,7 @@ __all__ = [
     "Base",
     "blobs",
     "images",
+    "labops",
     "metrics",
     "models",
     "resources",

@@ -32,10 +32,11 @@ from starforge.contract.api import PendingView, RunView
 from starforge.contract.profiles import Pool
 from starforge.contract.states import ACTIVE, JobStatus
 from starforge.server import statemachine
+from starforge.server.db import labops
 from starforge.server.db.engine import read_only
 from starforge.server.db.models import Attempt, Run, utcnow
 from starforge.server.runtime import Runtime
-from starforge.server.services import quotas, scheduler
+from starforge.server.services import accounting, quotas, scheduler
 
 REFRESH_S = 10.0  # a full cluster still gets a pass this often: fair share's patience moves runs
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -93,6 +94,7 @@ class Snapshot:
     limits: dict[str, scheduler.Limits] = field(default_factory=dict)
     default: scheduler.Limits = scheduler.UNLIMITED
     wakeups: int = 0  # the runtime's wake-up count when the snapshot was read
+    held: dict[str, str] = field(default_factory=dict)  # run id -> why it may not start now
 
 
 def read_snapshot(rt: Runtime) -> Snapshot:
@@ -102,6 +104,8 @@ def read_snapshot(rt: Runtime) -> Snapshot:
         queue = conn.execute(_QUEUE).all()
         held = conn.execute(HOLDINGS).all()
         limits = quotas.of_rows(conn.execute(quotas.ALL_ROWS).all())
+        drain = labops.drain_note(conn)
+        spent = accounting.over_daily_quota(conn, rt.settings, {row[1] for row in queue})
     snap = Snapshot(
         holdings=to_holdings(held),
         limits={user: scheduler.Limits.of(q) for user, q in limits.items()},
@@ -116,6 +120,8 @@ def read_snapshot(rt: Runtime) -> Snapshot:
             shape = shapes[key] = scheduler.QueuedRun("", "", 0, _EPOCH, _pools(stored_pools))
         snap.queue.append(shape.like(run_id, user, priority, created_at))
         snap.reasons[run_id] = reason
+        if drain or user in spent:
+            snap.held[run_id] = drain or spent[user]
     return snap
 
 
@@ -141,7 +147,7 @@ def decide(rt: Runtime, snap: Snapshot) -> list[scheduler.Decision]:
     """One pass over ``snap``, every waiting run explained; kept as the runtime's latest pass."""
     patience = timedelta(seconds=rt.settings.fair_share_patience_s)
     decisions = scheduler.plan(
-        snap.queue,
+        [r for r in snap.queue if r.id not in snap.held] if snap.held else snap.queue,
         rt.inventory,
         snap.holdings,
         snap.limits,
@@ -149,8 +155,18 @@ def decide(rt: Runtime, snap: Snapshot) -> list[scheduler.Decision]:
         explain_all=True,
         overdue_before=utcnow() - patience,
     )
+    decisions += held_decisions(snap, len(decisions))
     rt.queue_pass = scheduler.QueuePass.after(decisions, snap.wakeups, time.monotonic())
     return decisions
+
+
+def held_decisions(snap: Snapshot, before: int) -> list[scheduler.Decision]:
+    """The runs a drain or a used-up daily quota holds, after the planned ones, in queue order."""
+    held = scheduler.order_queue(r for r in snap.queue if r.id in snap.held)
+    return [
+        scheduler.Decision(r.id, r.user, before + i, scheduler.Blocker.HELD, snap.held[r.id])
+        for i, r in enumerate(held, start=1)
+    ]
 
 
 def save_reasons(rt: Runtime, snap: Snapshot, decisions: Iterable[scheduler.Decision]) -> int:

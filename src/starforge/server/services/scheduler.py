@@ -102,6 +102,7 @@ class Blocker(StrEnum):
     CAPACITY = "capacity"  # not enough free GPUs on nodes of its series
     RESERVED = "reserved"  # the GPUs exist, but they are kept for a run ahead of it
     NEVER = "never_fits"  # the cluster (as configured now) can never hold it
+    HELD = "held"  # nothing of its own: a maintenance drain or its daily GPU-hours hold it
 
 
 @dataclass(slots=True)

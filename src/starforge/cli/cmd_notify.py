@@ -1,0 +1,109 @@
+"""``sf notify add|ls|rm|log``: webhooks called when your runs end.
+
+Each payload is JSON, signed with HMAC-SHA256 under the endpoint's secret (printed once, at
+``add``): ``X-StarForge-Signature: sha256=HEX`` over ``"{X-StarForge-Timestamp}.{body}"``.
+Failed deliveries are retried with exponential backoff; ``sf notify log`` shows every try.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from starforge.cli.output import JsonOpt, out
+
+app = typer.Typer(
+    help="Webhooks called when your runs end (signed, retried).", no_args_is_help=True
+)
+
+
+@app.command("add")
+def add(
+    url: Annotated[str, typer.Argument(help="An http(s) URL that accepts POSTed JSON.")],
+    on: Annotated[
+        str, typer.Option("--on", help="Statuses to notify, comma-separated.")
+    ] = "succeeded,failed,stopped",
+    project: Annotated[
+        str | None, typer.Option("--project", help="Only runs of this project.")
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Add a webhook; its signing secret is printed this once.
+
+    Example: sf notify add https://hooks.example.com/sf --on failed,stopped --project lab
+    """
+    from starforge.cli.connect import connect
+    from starforge.client import labops
+
+    out.set_json(json_out)
+    events = [e.strip() for e in on.split(",") if e.strip()]
+    with connect() as client:
+        made = labops.add_endpoint(client, url, events, project)
+    out.data(made.model_dump(mode="json"))
+    out.success(f"webhook {made.id} added: {escape(made.url)} on {', '.join(made.events)}")
+    out.line(f"secret (shown once; verify X-StarForge-Signature with it): {made.secret}")
+
+
+@app.command("ls")
+def ls(json_out: JsonOpt = False) -> None:
+    """List your webhooks (never their secrets)."""
+    from starforge.cli.connect import connect
+    from starforge.client import labops
+
+    out.set_json(json_out)
+    with connect() as client:
+        found = labops.endpoints(client)
+    out.data(found.model_dump(mode="json"))
+    if not found.endpoints:
+        out.line("no webhooks: `sf notify add URL` adds one")
+        return
+    out.table(
+        ["ID", "URL", "ON", "PROJECT", "DELIVERED", "FAILING"],
+        [
+            [e.id, escape(e.url), ",".join(e.events), e.project or "-", str(e.delivered),
+             str(e.failing)]
+            for e in found.endpoints
+        ],
+    )  # fmt: skip
+
+
+@app.command("rm")
+def rm(endpoint_id: Annotated[str, typer.Argument(help="The webhook's id.")]) -> None:
+    """Remove a webhook (payloads it was still owed are dropped)."""
+    from starforge.cli.connect import connect
+    from starforge.client import labops
+    from starforge.contract.errors import NotFound
+
+    with connect() as client:
+        found = labops.remove_endpoint(client, endpoint_id)
+    if not found.removed:
+        raise NotFound(f"no webhook {endpoint_id} of yours", hint="`sf notify ls` lists them")
+    out.success(f"webhook {endpoint_id} removed")
+
+
+@app.command("log")
+def log(
+    endpoint_id: Annotated[
+        str | None, typer.Argument(help="One webhook (default: all yours).")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", help="How many tries, newest first.")] = 50,
+    json_out: JsonOpt = False,
+) -> None:
+    """Show delivery tries: when, which run and status, the HTTP answer or the error."""
+    from starforge.cli.connect import connect
+    from starforge.client import labops
+
+    out.set_json(json_out)
+    with connect() as client:
+        found = labops.deliveries(client, endpoint_id, limit)
+    out.data(found.model_dump(mode="json"))
+    out.table(
+        ["AT", "WEBHOOK", "RUN", "EVENT", "RESULT"],
+        [
+            [str(d.at), d.endpoint_id, d.run_id, d.event,
+             "ok " + str(d.status_code) if d.ok else escape(d.error or "failed")]
+            for d in found.deliveries
+        ],
+    )  # fmt: skip

@@ -1,0 +1,79 @@
+"""Running a lab: GPU-hour usage and the daily quota, maintenance drain, webhook endpoints."""
+
+from __future__ import annotations
+
+from datetime import date
+
+from fastapi import APIRouter
+
+from starforge.contract.labops import (
+    DailyQuotaUpdate,
+    DeliveryLog,
+    DrainRequest,
+    EndpointCreate,
+    EndpointCreated,
+    EndpointList,
+    EndpointRemoved,
+    MaintenanceStatus,
+    MyGpuHours,
+    UsageReport,
+)
+from starforge.server.api.authz import Admin, ManageSelf, ReadSelf
+from starforge.server.api.deps import RuntimeDep
+from starforge.server.services import accounting, maintenance, notify
+
+router = APIRouter()
+
+
+@router.get("/usage/gpu-hours", response_model=MyGpuHours)
+def my_gpu_hours(rt: RuntimeDep, user: ReadSelf) -> MyGpuHours:
+    return accounting.mine(rt, user)
+
+
+@router.get("/admin/usage", response_model=UsageReport)
+def usage_report(
+    rt: RuntimeDep, user: Admin, by: str = "day", since: date | None = None
+) -> UsageReport:
+    return accounting.report(rt, user, by, since)
+
+
+@router.put("/admin/usage/quotas/{name}", response_model=MyGpuHours)
+def set_daily_quota(name: str, body: DailyQuotaUpdate, rt: RuntimeDep, user: Admin) -> MyGpuHours:
+    return accounting.set_daily_quota(rt, user, name, body.gpu_hours)
+
+
+@router.get("/admin/maintenance", response_model=MaintenanceStatus)
+def maintenance_status(rt: RuntimeDep, user: Admin) -> MaintenanceStatus:
+    return maintenance.status(rt, user)
+
+
+@router.post("/admin/maintenance/drain", response_model=MaintenanceStatus)
+def drain(body: DrainRequest, rt: RuntimeDep, user: Admin) -> MaintenanceStatus:
+    return maintenance.drain(rt, user, body.note)
+
+
+@router.post("/admin/maintenance/resume", response_model=MaintenanceStatus)
+def resume(rt: RuntimeDep, user: Admin) -> MaintenanceStatus:
+    return maintenance.resume(rt, user)
+
+
+@router.get("/notify/endpoints", response_model=EndpointList)
+def list_endpoints(rt: RuntimeDep, user: ManageSelf) -> EndpointList:
+    return notify.list_mine(rt, user)
+
+
+@router.post("/notify/endpoints", response_model=EndpointCreated)
+def add_endpoint(body: EndpointCreate, rt: RuntimeDep, user: ManageSelf) -> EndpointCreated:
+    return notify.add(rt, user, body)
+
+
+@router.delete("/notify/endpoints/{ref}", response_model=EndpointRemoved)
+def remove_endpoint(ref: str, rt: RuntimeDep, user: ManageSelf) -> EndpointRemoved:
+    return notify.remove(rt, user, ref)
+
+
+@router.get("/notify/deliveries", response_model=DeliveryLog)
+def deliveries(
+    rt: RuntimeDep, user: ManageSelf, endpoint: str | None = None, limit: int = 100
+) -> DeliveryLog:
+    return notify.delivery_log(rt, user, endpoint, limit)

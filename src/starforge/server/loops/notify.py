@@ -1,0 +1,28 @@
+"""The notify loop: delivers the webhook outbox (``services/notify``), in the leading process only.
+
+It runs beside the scheduler and reconciler while this process leads, so one process sends each
+payload; it polls every :data:`TICK_S` (a due payload waits at most that long) and does its HTTP
+in a worker thread, so a slow receiver never holds up the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from starforge.server.runtime import Runtime
+from starforge.server.services import notify
+
+log = logging.getLogger(__name__)
+TICK_S = 0.5
+
+
+async def notify_loop(rt: Runtime) -> None:
+    while True:
+        try:
+            await asyncio.to_thread(notify.deliver_due, rt)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bad pass must not end notifications for good
+            log.exception("notify pass failed")
+        await asyncio.sleep(TICK_S)

@@ -1,0 +1,155 @@
+"""Maintenance drain: take the cluster down without losing training.
+
+``drain`` turns the flag on first (committed before anything else, in the database, so it
+survives a restart and the scheduler's next pass starts nothing: submissions still queue, held
+with the drain's reason), then pauses every active run that can resume, through the ordinary
+pause path (:func:`starforge.server.services.actions.pause`: SIGTERM, the training saves a
+checkpoint and exits). A run *can resume* when its output already holds a checkpoint
+(:func:`starforge.server.services.checkpoints.latest`): pausing it loses at most the steps since
+then, and the pause itself usually writes a newer one. A run with no checkpoint is a *blocker*: it
+is left running (pausing it would restart it from nothing), and the drain says so; it is safe to
+restart the machines once nothing is pausing and no blocker is left.
+
+``resume`` turns the flag off and requeues the runs the drain paused, in the order it paused
+them; pausing and resuming never change a run's priority or submission time, which are the
+queue's order, so they line up exactly where they were.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from starforge.contract.labops import Blocker, MaintenanceStatus
+from starforge.contract.states import JobStatus
+from starforge.server.db.labops import Maintenance, MaintenancePaused
+from starforge.server.db.models import Run, utcnow
+from starforge.server.runtime import Runtime
+from starforge.server.services import actions, checkpoints, users
+
+S = JobStatus
+_RUNNING = [S.STARTING.value, S.RUNNING.value]
+_HOLDING = [S.STARTING.value, S.RUNNING.value, S.STOPPING.value, S.PAUSING.value]
+
+
+def _row(session: Session) -> Maintenance:
+    row = session.get(Maintenance, 1)
+    if row is None:
+        row = Maintenance(id=1, active=False, note="", started_by="")
+        session.add(row)
+    return row
+
+
+def _no_checkpoint(rt: Runtime, run: Run) -> str | None:
+    """Why ``run`` cannot resume from a checkpoint, or None when it can."""
+    out = rt.storage.run_dir(run.user, run.project, run.experiment, run.id) / "out"
+    if checkpoints.latest(out) is None:
+        return "no checkpoint yet: pausing it would restart its training from the beginning"
+    return None
+
+
+def drain(rt: Runtime, admin: users.Caller, note: str) -> MaintenanceStatus:
+    """Stop dispatch, pause every run that can resume, and report the blockers."""
+    with rt.transaction() as session:
+        users.require_admin(session, admin)
+        row = _row(session)
+        if not row.active:
+            row.active, row.started_by, row.started_at = True, str(admin), utcnow()
+        row.note = note or row.note
+        runs = session.scalars(
+            select(Run).where(Run.status.in_(_RUNNING)).order_by(Run.created_at, Run.id)
+        ).all()
+        resumable = [r.id for r in runs if _no_checkpoint(rt, r) is None]
+        seq = max(session.scalars(select(MaintenancePaused.seq)).all(), default=0)
+    for run_id in resumable:
+        result = actions.pause(rt, admin, run_id)
+        if not result.accepted:  # it ended meanwhile: nothing to bring back
+            continue
+        seq += 1
+        with rt.transaction() as session:
+            run = session.get(Run, run_id)
+            priority = run.priority if run is not None else 0
+            session.merge(MaintenancePaused(run_id=run_id, seq=seq, priority=priority))
+    rt.wake_scheduler()
+    return status(rt, admin)
+
+
+def status(rt: Runtime, admin: users.Caller) -> MaintenanceStatus:
+    """The drain's state: what it paused, what still pauses, the blockers, whether it is safe."""
+    with rt.transaction() as session:
+        users.require_admin(session, admin)
+        row = session.get(Maintenance, 1)
+        paused_rows = session.execute(
+            select(MaintenancePaused.run_id, Run.status)
+            .join(Run, Run.id == MaintenancePaused.run_id)
+            .order_by(MaintenancePaused.seq)
+        ).all()
+        held = {run_id for run_id, _ in paused_rows}
+        active = session.scalars(
+            select(Run).where(Run.status.in_(_HOLDING)).order_by(Run.created_at, Run.id)
+        ).all()
+        blockers = [
+            Blocker(run_id=r.id, user=r.user, status=r.status, why=_why_blocks(rt, r))
+            for r in active
+            if r.id not in held
+        ]
+    if row is None or not row.active:
+        return MaintenanceStatus(active=False, message="no maintenance: the scheduler runs")
+    pausing = [run_id for run_id, st in paused_rows if st == S.PAUSING.value]
+    safe = not pausing and not blockers
+    message = (
+        "safe to restart: no run holds resources"
+        if safe
+        else f"not safe to restart yet: {len(pausing)} run(s) still saving a checkpoint, "
+        f"{len(blockers)} blocker(s) that cannot resume"
+    )
+    return MaintenanceStatus(
+        active=True,
+        note=row.note,
+        started_by=row.started_by,
+        started_at=row.started_at,
+        paused=[run_id for run_id, _ in paused_rows],
+        pausing=pausing,
+        blockers=blockers,
+        safe_to_restart=safe,
+        message=message,
+    )
+
+
+def _why_blocks(rt: Runtime, run: Run) -> str:
+    if run.status in (S.STOPPING.value, S.PAUSING.value):
+        return f"{run.status}: it still holds its GPUs"
+    return _no_checkpoint(rt, run) or "started after the drain began; drain again to pause it"
+
+
+def resume(rt: Runtime, admin: users.Caller) -> MaintenanceStatus:
+    """End maintenance: dispatch again and requeue the drain's paused runs in their order."""
+    with rt.transaction() as session:
+        users.require_admin(session, admin)
+        _row(session).active = False
+        paused = session.scalars(select(MaintenancePaused).order_by(MaintenancePaused.seq)).all()
+        order = [(p.run_id, p.priority) for p in paused]
+    kept: list[str] = []
+    for run_id, priority in order:
+        with rt.transaction() as session:
+            run = session.get(Run, run_id)
+            status_now = run.status if run is not None else None
+            if run is not None:
+                run.priority = priority  # the priority it had when the drain paused it
+        if status_now == S.PAUSING.value:
+            kept.append(run_id)  # still saving: `sf admin maintenance resume` again requeues it
+            continue
+        if status_now == S.PAUSED.value:
+            actions.resume(rt, admin, run_id)
+        with rt.transaction() as session:
+            found = session.get(MaintenancePaused, run_id)
+            if found is not None:
+                session.delete(found)
+    rt.wake_scheduler()
+    result = status(rt, admin)
+    requeued = len(order) - len(kept)
+    result.message = f"maintenance over: {requeued} paused run(s) requeued in their order"
+    if kept:
+        result.message += f"; {len(kept)} still pausing ({', '.join(kept)}): resume again"
+    result.paused = kept
+    return result
