@@ -101,6 +101,14 @@ def submit(
             "lost node (default: the method's policy, 2 for the built-in methods).",
         ),
     ] = None,
+    then: Annotated[
+        list[str],
+        Flag(
+            "--then",
+            help="After training succeeds, run this platform step (export, eval); repeat "
+            "for several, in order. Each step is a run of its own (`sf job ls --steps`).",
+        ),
+    ] = [],  # noqa: B006
     dry_run: Annotated[
         bool,
         Flag(
@@ -146,6 +154,7 @@ def submit(
         framework_version=framework_version,
         observability_url=observability_url,
         max_retries=max_retries,
+        steps=then,
     )
     prepared = submit_flow.prepare(opts)
     for warning in prepared.warnings:

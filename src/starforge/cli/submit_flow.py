@@ -31,6 +31,7 @@ from starforge.contract.errors import LockError, ServerUnreachable, StarForgeErr
 from starforge.contract.images import check_image
 from starforge.contract.jobspec import Inputs, JobSpec, Manifest, Provenance
 from starforge.contract.profiles import Pool, ProfileRequest
+from starforge.contract.steps import check_steps
 from starforge.contract.submission import INPUT_FLAGS, check_submission
 from starforge.project import experiments, git, packer
 from starforge.project.lab import Lab, find_lab
@@ -53,6 +54,7 @@ class SubmitOptions:
     cwd: Path | None = None
     observability_url: str | None = None
     max_retries: int | None = None  # automatic requeues after a lost node (None: method default)
+    steps: list[str] = field(default_factory=list)  # --then ACTION, in order
 
 
 @dataclass
@@ -134,6 +136,7 @@ def prepare(opts: SubmitOptions) -> Prepared:
     )
     warnings += validated.warnings
     method = validated.method
+    check_steps(opts.steps, method.actions, method.id)  # before packing: nothing is made
     image = check_image(opts.image) if opts.image else ""
     inputs, input_files = _inputs(lab.root, opts)
     state = git.read_state(lab.root, [exp.relpath, *packer.SHARED_DIRS])
@@ -163,6 +166,7 @@ def prepare(opts: SubmitOptions) -> Prepared:
             client_version=__version__,
         ),
         observability_url=opts.observability_url or "",
+        steps=opts.steps,
     )
     check_submission(
         spec,
