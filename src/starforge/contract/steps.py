@@ -96,8 +96,22 @@ def check_steps(steps: Sequence[str], declared: Mapping[str, ActionNeeds], metho
         seen.append(action)
 
 
-def progress(total: int, done: int, short: bool) -> str:
-    """``done/total`` with ``!`` when the pipeline stopped short; "" for a run without steps."""
-    if total <= 0:
+ENDED_SHORT = frozenset({"failed", "stopped"})
+
+
+def progress(root_status: str, step_statuses: Sequence[str | None]) -> str:
+    """``done/total`` of a pipeline, with ``!`` when it stopped short: the training or a step
+    failed or was stopped, or a step that should have followed a success was never created (a
+    method that no longer declares it); "" for a run without steps. A gate that fails ends its
+    eval step ``failed``, so it shows as short too."""
+    total = len(step_statuses)
+    if total == 0:
         return ""
+    done = sum(1 for s in step_statuses if s == "succeeded")
+    short = root_status in ENDED_SHORT
+    before = root_status
+    for status in step_statuses:
+        if status in ENDED_SHORT or (status is None and before == "succeeded"):
+            short = True
+        before = status or ""
     return f"{done}/{total}{'!' if short else ''}"

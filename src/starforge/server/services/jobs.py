@@ -34,7 +34,16 @@ from starforge.server import statemachine
 from starforge.server.db.models import Attempt, Run
 from starforge.server.executors.base import SupportsCheckPools, SupportsPendingReason
 from starforge.server.runtime import Runtime
-from starforge.server.services import admission, blobs, images, lifecycle, queue, quotas, users
+from starforge.server.services import (
+    admission,
+    blobs,
+    images,
+    lifecycle,
+    pipelines,
+    queue,
+    quotas,
+    users,
+)
 
 log = logging.getLogger(__name__)
 MAX_CANDIDATES = 8
@@ -277,6 +286,7 @@ def get(rt: Runtime, user: str, ref: str) -> RunView:
         run = resolve(session, user, ref)
         found = view(rt, run)
         queue.explain(rt, session, [(run, found)])
+        pipelines.attach(session, [run], [found])
         hide_others(session, user, [found])
     return found
 
@@ -339,17 +349,25 @@ def _why_texts(v: RunView) -> list[str]:
 
 
 def list_runs(
-    rt: Runtime, user: str, *, limit: int = 50, status: JobStatus | None = None
+    rt: Runtime,
+    user: str,
+    *,
+    limit: int = 50,
+    status: JobStatus | None = None,
+    hide_steps: bool = False,
 ) -> list[RunView]:
     with rt.transaction() as session:
         query = select(Run).where(users.visible_runs(user)).options(selectinload(Run.attempts))
         if status is not None:
             query = query.where(Run.status == status.value)
+        if hide_steps:  # a pipeline is one row; `sf job ls --steps` shows its step runs too
+            query = query.where(Run.id.not_in(pipelines.step_run_ids()))
         rows = session.scalars(
             query.order_by(Run.created_at.desc(), Run.id.desc()).limit(limit)
         ).all()
         views = [view(rt, r, full=False) for r in rows]
         queue.explain(rt, session, list(zip(rows, views, strict=True)))
+        pipelines.attach(session, rows, views)
         hide_others(session, user, views)
     return views
 
