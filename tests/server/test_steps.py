@@ -8,8 +8,8 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
-from starforge.contract.api import SubmitRequest
-from starforge.contract.errors import Rejected
+from starforge.contract.api import ExportRequest, SubmitRequest
+from starforge.contract.errors import Rejected, RunNotFound
 from starforge.contract.jobspec import InputKind, InputRef, Inputs, JobSpec
 from starforge.contract.states import JobStatus
 from starforge.contract.steps import StepSpec, progress
@@ -17,9 +17,10 @@ from starforge.server import statemachine
 from starforge.server.db.models import Run
 from starforge.server.db.steps import RunStep
 from starforge.server.runtime import Runtime
-from starforge.server.services import actions, blobs, jobs
+from starforge.server.services import actions, blobs, exports, jobs
 
 from .factories import package, report, run_row, schedule, spec
+from .lifecycle_factories import checkpoint
 
 SFT_FILES = {
     "experiments/exp/config.yaml": b"max_steps: 2\n",
@@ -187,3 +188,48 @@ def test_admission_refuses_a_submission_that_claims_to_be_a_step(rt: Runtime) ->
     with pytest.raises(Rejected, match="set by the platform"):
         jobs.submit(rt, "alice", req)
     assert run_count(rt) == 0
+
+
+# ---- sf export ---------------------------------------------------------------------------------
+
+
+def test_sf_export_queues_an_export_run_of_the_chosen_checkpoint_once_per_key(
+    rt: Runtime,
+) -> None:
+    root = submit_sft(rt, [])
+    succeed(rt, root)
+    checkpoint(rt, root, "checkpoint-4", hf=True)
+    req = ExportRequest(checkpoint_step=4, idempotency_key=uuid.uuid4().hex)
+    made = exports.export(rt, "alice", root, req)
+    again = exports.export(rt, "alice", root, req)
+    assert (made.created, again.created, again.run_id) == (True, False, made.run_id)
+    step = step_of(rt, made.run_id)
+    assert (step.action, step.source_run_id, step.checkpoint_step) == ("export", root, 4)
+    assert run_row(rt, made.run_id).status == JobStatus.QUEUED
+    assert jobs.get(rt, "alice", root).steps == []  # not one of the run's --then steps
+
+
+@pytest.mark.parametrize(
+    ("step", "has_one", "says"),
+    [(9, True, "no checkpoint at step 9"), (None, False, "has no checkpoint")],
+)
+def test_sf_export_refuses_a_checkpoint_the_run_does_not_have(
+    rt: Runtime, step: int | None, has_one: bool, says: str
+) -> None:
+    root = submit_sft(rt, [])
+    succeed(rt, root)
+    if has_one:
+        checkpoint(rt, root, "checkpoint-4", hf=True)
+    req = ExportRequest(checkpoint_step=step, idempotency_key=uuid.uuid4().hex)
+    with pytest.raises(Rejected) as caught:
+        exports.export(rt, "alice", root, req)
+    assert says in caught.value.message
+    assert caught.value.exit_code == 2
+    assert run_count(rt) == 1
+
+
+def test_sf_export_of_another_users_run_is_as_if_it_did_not_exist(rt: Runtime) -> None:
+    root = submit_sft(rt, [])
+    req = ExportRequest(idempotency_key=uuid.uuid4().hex)
+    with pytest.raises(RunNotFound):
+        exports.export(rt, "bob", root, req)

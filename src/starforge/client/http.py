@@ -133,6 +133,9 @@ class Client:
             return self._get("/runs", api.RunList, limit=limit, status=status, hide_steps="true")
         return self._get("/runs", api.RunList, limit=limit, status=status)
 
+    def export_run(self, ref: str, body: api.ExportRequest) -> api.SubmitResponse:
+        return self._post(f"/runs/{ref}/export", api.SubmitResponse, body)
+
     def get_run(self, ref: str) -> api.RunView:
         return self._get(f"/runs/{ref}", api.RunView)
 

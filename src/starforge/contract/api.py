@@ -158,6 +158,14 @@ class StepView(Contract):
     reason: str = ""
 
 
+class ExportRequest(Contract):
+    """``sf export``: a standalone export step of a run's checkpoint (a run of its own)."""
+
+    checkpoint_step: int | None = Field(default=None, ge=0, le=INT32_MAX)  # None: the latest
+    format: Literal["huggingface"] = "huggingface"
+    idempotency_key: str = Field(min_length=8, max_length=128)
+
+
 class RunList(Contract):
     runs: list[RunView]
 

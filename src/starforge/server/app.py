@@ -33,6 +33,7 @@ from starforge.server.api import (
     ingest,
     lifecycle,
     meta,
+    pipelines,
     runs,
     stream,
 )
@@ -125,6 +126,7 @@ def create_app(
     app.include_router(cluster.router, prefix=API_PREFIX, dependencies=gate)
     app.include_router(auth.router, prefix=API_PREFIX, dependencies=gate)
     app.include_router(images.router, prefix=API_PREFIX, dependencies=gate)
+    app.include_router(pipelines.router, prefix=API_PREFIX, dependencies=gate)
     console.install(app)
     install_openapi(app)
     return app
