@@ -108,16 +108,22 @@ def test_the_export_step_is_placed_and_its_success_queues_eval_reading_the_expor
     assert jobs.get(rt, "alice", eval_id).step.root_run_id == root  # type: ignore[union-attr]
 
 
-def test_a_step_is_created_once_a_second_copy_fails_its_transaction(rt: Runtime) -> None:
+def test_a_step_is_created_once_and_a_racing_second_copy_fails_its_transaction(
+    rt: Runtime,
+) -> None:
     root = submit_sft(rt, ["export"])
     succeed(rt, root)
-    with pytest.raises(IntegrityError), rt.transaction() as session:
+    with rt.transaction() as session:
         run = session.get(Run, root)
         assert run is not None
-        statemachine.start_next_step(session, run)
+        assert statemachine.start_next_step(session, run) is None  # it exists already
+    [made] = jobs.get(rt, "alice", root).steps
+    with pytest.raises(IntegrityError), rt.transaction() as session:  # what a race would insert
+        session.add(RunStep(run_id=made.run_id + "x", root_run_id=root, position=0, action="x"))
     with rt.transaction() as session:
         rows = session.scalars(select(RunStep).where(RunStep.root_run_id == root)).all()
-    assert len(rows) == 1
+    assert [r.run_id for r in rows] == [made.run_id]
+    assert run_count(rt) == 2
 
 
 def test_a_run_without_steps_creates_nothing_when_it_succeeds(rt: Runtime) -> None:

@@ -129,6 +129,10 @@ def next_step(session: Session, run: Run) -> tuple[Run, RunStep] | str | None:
         return None
     root = current.root_run_id if current else run.id
     action = actions[index]
+    if session.scalar(  # made by an earlier success of this run: a step is made once
+        select(RunStep.run_id).where(RunStep.root_run_id == root, RunStep.position == index)
+    ):
+        return None
     try:
         needs = get_method(run.method).actions.get(action)
     except StarForgeError:
