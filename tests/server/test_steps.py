@@ -14,6 +14,7 @@ from starforge.contract.jobspec import InputKind, InputRef, Inputs, JobSpec
 from starforge.contract.states import JobStatus
 from starforge.contract.steps import StepSpec, progress
 from starforge.server import statemachine
+from starforge.server.db.metrics import MetricPoint
 from starforge.server.db.models import Run
 from starforge.server.db.steps import RunStep
 from starforge.server.runtime import Runtime
@@ -239,3 +240,19 @@ def test_sf_export_of_another_users_run_is_as_if_it_did_not_exist(rt: Runtime) -
     req = ExportRequest(idempotency_key=uuid.uuid4().hex)
     with pytest.raises(RunNotFound):
         exports.export(rt, "bob", root, req)
+
+
+def test_the_export_step_records_each_metrics_final_value_leaving_out_infinite_ones(
+    rt: Runtime,
+) -> None:
+    root = submit_sft(rt, ["export"])
+    assert root in schedule(rt)
+    report(rt, root, "starting")
+    report(rt, root, "running")
+    with rt.transaction() as session:
+        for step, loss, acc in [(1, 2.0, 0.1), (2, 1.5, float("inf")), (3, 1.25, float("inf"))]:
+            session.add(MetricPoint(run_id=root, key="loss", step=step, value=loss, at=0.0))
+            session.add(MetricPoint(run_id=root, key="acc", step=step, value=acc, at=0.0))
+    report(rt, root, "exited", exit_code=0)
+    [step] = jobs.get(rt, "alice", root).steps
+    assert step_of(rt, step.run_id).metrics == {"loss": 1.25}

@@ -14,6 +14,7 @@ training run's final metrics, its data's digests).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pydantic import ValidationError
@@ -47,7 +48,9 @@ def final_metrics(session: Session, run_id: str) -> dict[str, float]:
         )
         .where(MetricPoint.run_id == run_id)
     ).all()
-    return {key: float(value) for key, value in sorted(rows)}
+    # An infinite (or NaN) final value has no JSON spelling: PostgreSQL would refuse the whole
+    # success. Such a metric is left out of the card.
+    return {key: float(value) for key, value in sorted(rows) if math.isfinite(value)}
 
 
 def data_refs(spec: JobSpec, manifest: dict[str, Any]) -> list[DataRef]:
@@ -117,7 +120,17 @@ def _source(session: Session, run: Run, root: str, actions: list[str], index: in
 
 def next_step(session: Session, run: Run) -> tuple[Run, RunStep] | str | None:
     """The step to start now that ``run`` succeeded: (run, row); a text saying why the
-    pipeline stops short; or None when there is no further step."""
+    pipeline stops short; or None when there is no further step.
+
+    Never raises for a run it cannot make a step of: the success it is called from must be
+    recorded whatever the step's fate (the run's reason then says why the pipeline stopped)."""
+    try:
+        return _next_step(session, run)
+    except (ValidationError, StarForgeError, ValueError, KeyError, IndexError) as exc:
+        return f"next step not started: {exc}"
+
+
+def _next_step(session: Session, run: Run) -> tuple[Run, RunStep] | str | None:
     try:
         spec = JobSpec.read(run.spec)
     except ValidationError:
