@@ -17,6 +17,7 @@ from starforge.server import statemachine
 from starforge.server.db.metrics import MetricPoint
 from starforge.server.db.models import Run
 from starforge.server.db.steps import RunStep
+from starforge.server.executors.slurm_compile import BatchJob, Component, compile_batch
 from starforge.server.runtime import Runtime
 from starforge.server.services import actions, blobs, exports, jobs
 
@@ -256,3 +257,12 @@ def test_the_export_step_records_each_metrics_final_value_leaving_out_infinite_o
     report(rt, root, "exited", exit_code=0)
     [step] = jobs.get(rt, "alice", root).steps
     assert step_of(rt, step.run_id).metrics == {"loss": 1.25}
+
+
+def test_a_cpu_step_on_slurm_asks_for_no_gpu() -> None:
+    cpu = Component(partition="p", gres_type="h200", gpus_per_node=0, nodes=["n1"], bindings=["b"])
+    gpu = Component(partition="p", gres_type="h200", gpus_per_node=1, nodes=["n1"], bindings=["b"])
+    batch = [BatchJob(job_name="j", log_path="l", workdir="w", components=[c], runner=["r"])
+             for c in (cpu, gpu)]  # fmt: skip
+    assert "--gres" not in compile_batch(batch[0])
+    assert "#SBATCH --gres=gpu:h200:1" in compile_batch(batch[1])

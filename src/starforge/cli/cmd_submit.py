@@ -268,6 +268,11 @@ def _submit(client: Client, prepared: Prepared, *, follow: bool, json_out: bool)
         f"{human_bytes(result.bytes_skipped)}"
     )
     out.line(f"  console: {escape(report['console_url'])}")
+    if prepared.spec.steps:  # each step is a run of its own, made when the one before succeeds
+        out.line(
+            f"  then: {' -> '.join(prepared.spec.steps)} after training succeeds "
+            f"(`sf job status {resp.run_id}` shows each step)"
+        )
     if prepared.spec.observability_url:
         out.line(f"  curves: {escape(prepared.spec.observability_url)} (external)")
     if not follow:
