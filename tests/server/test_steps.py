@@ -19,7 +19,7 @@ from starforge.server.db.models import Run
 from starforge.server.db.steps import RunStep
 from starforge.server.executors.slurm_compile import BatchJob, Component, compile_batch
 from starforge.server.runtime import Runtime
-from starforge.server.services import actions, blobs, exports, jobs
+from starforge.server.services import actions, blobs, exports, jobs, pipelines
 
 from .factories import package, report, run_row, schedule, spec
 from .lifecycle_factories import checkpoint
@@ -99,7 +99,12 @@ def test_the_export_step_is_placed_and_its_success_queues_eval_reading_the_expor
     root = submit_sft(rt, ["export", "eval"])
     succeed(rt, root)
     export_id = jobs.get(rt, "alice", root).steps[0].run_id
+    with rt.transaction() as session:
+        assert pipelines.succeeded_step(session, root, "export") is None  # not yet
     succeed(rt, export_id)  # a 0-GPU pool is placed like any other
+    with rt.transaction() as session:
+        found = pipelines.succeeded_step(session, root, "export")
+        assert found is not None and found.id == export_id
     view = jobs.get(rt, "alice", root)
     assert [s.status for s in view.steps] == [JobStatus.SUCCEEDED, JobStatus.QUEUED]
     eval_id = view.steps[1].run_id

@@ -55,3 +55,17 @@ def attach(session: Session, rows: Sequence[Run], views: Sequence[RunView]) -> N
 def step_run_ids() -> Select[tuple[str]]:
     """The ids of every step run (a listing without ``--steps`` leaves them out)."""
     return select(RunStep.run_id)
+
+
+def succeeded_step(session: Session, root_run_id: str, action: str) -> Run | None:
+    """The step run of ``root_run_id`` doing ``action`` (``--then``), once it succeeded; e.g.
+    the export whose ``out/export`` folder a later run starts from (``--init-from``)."""
+    return session.scalars(
+        select(Run)
+        .join(RunStep, RunStep.run_id == Run.id)
+        .where(
+            RunStep.root_run_id == root_run_id,
+            RunStep.action == action,
+            Run.status == JobStatus.SUCCEEDED.value,
+        )
+    ).first()
