@@ -111,3 +111,18 @@ def test_kill_9_of_the_server_during_the_export_step_finishes_the_step_once(
     assert [r["run_id"] for r in steps] == [step_id]  # made once
     assert (Path(str(done["run_dir"])) / "out" / "export" / "model.safetensors").is_file()
     assert sf("job", "ls", "--json").json()[0]["steps_done"] == "1/1"  # type: ignore[index]
+
+
+def test_a_dry_run_with_then_shows_the_command_of_each_step(
+    sf: Callable[..., Result], new_lab: Callable[..., Lab]
+) -> None:
+    lab = sft_lab(new_lab)
+    then = ["--then", "export", "--then", "eval"]
+    got = sf("submit", "p1", *FLAGS, *then, "--dry-run", cwd=lab.root)
+    assert got.code == 0, got.err
+    runs = f"<storage>/runs/<user>/{lab.name}/p1"
+    assert f"python -m starforge.steps.export --framework trl --checkpoints {runs}/<run>/out/" in (
+        got.out
+    )
+    assert f"python -m starforge.steps.eval --model {runs}/<export run>/out/export" in got.out
+    assert "nothing submitted" in got.out

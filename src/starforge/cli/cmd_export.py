@@ -11,10 +11,15 @@ from __future__ import annotations
 import re
 import sys
 import uuid
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
+
+if TYPE_CHECKING:
+    from starforge.catalog.loader import Method
+    from starforge.contract.jobspec import JobSpec
+    from starforge.contract.steps import StepSpec
 
 from starforge.cli.output import JsonOpt, out, status_text
 
@@ -38,9 +43,7 @@ def parse_checkpoint(value: str) -> tuple[str, int | None]:
 
 def dry_run_argv(experiment: str, run_id: str, step: int | None) -> list[str]:
     """The export's command line, compiled offline from the lab's lock of ``experiment``."""
-    from starforge.catalog.adapters import CompileContext, compile_plan
     from starforge.catalog.loader import get_method
-    from starforge.contract.env import Binding
     from starforge.contract.errors import LockError, Rejected
     from starforge.contract.jobspec import JobSpec, Provenance
     from starforge.contract.steps import StepSpec
@@ -54,19 +57,26 @@ def dry_run_argv(experiment: str, run_id: str, step: int | None) -> list[str]:
     method = get_method(exp.method.id)
     if "export" not in method.actions:
         raise Rejected(f"method {method.id} declares no export")
-    run_dir = f"<storage>/runs/<user>/{lab.name}/{experiment}/{DRY_RUN_ID}"
-    step_spec = StepSpec(
-        action="export", index=0, actions=["export"], root_run_id=run_id, source_run_id=run_id,
-        checkpoint_step=step,
-    )  # fmt: skip
     spec = JobSpec(
         project=lab.name,
         experiment=experiment,
         method=exp.method,
         profiles=["export"],
         provenance=Provenance(git_commit=f"<commit of {run_id}>", client_version="dry-run"),
-        step=step_spec,
     )
+    step_spec = StepSpec(
+        action="export", index=0, actions=["export"], root_run_id=run_id, source_run_id=run_id,
+        checkpoint_step=step,
+    )  # fmt: skip
+    return step_argv(spec, method, step_spec, {})
+
+
+def step_argv(spec: JobSpec, method: Method, step: StepSpec, config: dict[str, Any]) -> list[str]:
+    """A step run's command line, with the paths the server decides as placeholders."""
+    from starforge.catalog.adapters import CompileContext, compile_plan
+    from starforge.contract.env import Binding
+
+    run_dir = f"<storage>/runs/<user>/{spec.project}/{spec.experiment}/{DRY_RUN_ID}"
     binding = Binding(
         run_id=DRY_RUN_ID,
         attempt=1,
@@ -77,10 +87,29 @@ def dry_run_argv(experiment: str, run_id: str, step: int | None) -> list[str]:
         out_dir=f"{run_dir}/out",
         log_path=f"{run_dir}/logs/attempt-1.log",
     )
-    ctx = CompileContext(spec=spec, method=method, binding=binding, env={}, config={})
+    stepped = spec.model_copy(update={"steps": [], "step": step})
+    ctx = CompileContext(spec=stepped, method=method, binding=binding, env={}, config=config)
     plan = compile_plan(ctx)
     # The job's Python, not this machine's: the first word is the interpreter's name only.
     return ["python", *plan.argv[1:]] if plan.argv[0] == sys.executable else plan.argv
+
+
+def pipeline_argvs(
+    spec: JobSpec, method: Method, config: dict[str, Any]
+) -> list[tuple[str, list[str]]]:
+    """Each ``--then`` step's command, as ``sf submit --dry-run`` shows it (the training run
+    and its export are placeholders: ``<run>``, ``<export run>``)."""
+    from starforge.contract.steps import StepSpec
+
+    found = []
+    for index, action in enumerate(spec.steps):
+        source = "<export run>" if action == "eval" else "<run>"
+        step = StepSpec(
+            action=action, index=index, actions=list(spec.steps), root_run_id="<run>",
+            source_run_id=source,
+        )  # fmt: skip
+        found.append((action, step_argv(spec, method, step, config)))
+    return found
 
 
 def export(

@@ -198,10 +198,21 @@ def _print_dry_run(prepared: Prepared, user: str) -> None:
         out.line("  " + escape(" ".join(node["argv"])))
         for path in node["files"]:
             out.line(f"  writes {escape(path)}")
+    _print_steps(prepared)
     out.line(
         f"\nnothing submitted (--dry-run); the package has {plan['files']} file(s), "
         f"{human_bytes(plan['bytes'])}"
     )
+
+
+def _print_steps(prepared: Prepared) -> None:
+    """The command each ``--then`` step would run once the one before it succeeded."""
+    from starforge.cli.cmd_export import pipeline_argvs
+
+    steps = pipeline_argvs(prepared.spec, prepared.method, prepared.validated.run_config)
+    for action, argv in steps:
+        out.line(f"\n[bold]then {action}[/bold] (a run of its own, after success)")
+        out.line("  " + escape(" ".join(argv)))
 
 
 def _submit(client: Client, prepared: Prepared, *, follow: bool, json_out: bool) -> None:
