@@ -111,6 +111,8 @@ def test_kill_9_of_the_server_during_the_export_step_finishes_the_step_once(
     assert [r["run_id"] for r in steps] == [step_id]  # made once
     assert (Path(str(done["run_dir"])) / "out" / "export" / "model.safetensors").is_file()
     assert sf("job", "ls", "--json").json()[0]["steps_done"] == "1/1"  # type: ignore[index]
+    again = sf("job", "retry", root)  # acts on the pipeline's current step, never retrains
+    assert again.code == 0 and f"run {step_id} already succeeded" in again.out
 
 
 def test_a_dry_run_with_then_shows_the_command_of_each_step(

@@ -259,7 +259,7 @@ def stop(
 
     out.set_json(json_out)
     with connect() as client:
-        view = client.get_run(run)
+        view = _current_step(client, client.get_run(run))
         result = client.stop(view.run_id)
     out.data({"run_id": view.run_id, **result.model_dump(mode="json")})
     if result.accepted:
@@ -268,13 +268,23 @@ def stop(
         out.line(f"[yellow]not stopped:[/yellow] {result.message}")
 
 
+def _current_step(client: Client, view: RunView) -> RunView:
+    """The run an action on ``view`` is for: once training succeeded, its latest step (stop,
+    pause and retry act on the pipeline's current step; retrying an export never retrains)."""
+    made = [s for s in view.steps if s.run_id]
+    if view.status.value != "succeeded" or not made:
+        return view
+    out.info(f"{view.run_id} succeeded; acting on its current step, {made[-1].action}")
+    return client.get_run(made[-1].run_id)
+
+
 def _act(run: str, action: str, json_out: bool) -> None:
     """Send one user action and print its answer (accepted, or the reason it was not)."""
     from starforge.cli.connect import connect
 
     out.set_json(json_out)
     with connect() as client:
-        view = client.get_run(run)
+        view = _current_step(client, client.get_run(run))
         result = getattr(client, action)(view.run_id)
     out.data({"run_id": view.run_id, "action": action, **result.model_dump(mode="json")})
     if result.accepted:
