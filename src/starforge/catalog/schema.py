@@ -2,8 +2,9 @@
 
 A method says who it is (id, version), what it runs (runtimes, entrypoint), how parameters reach
 the framework (``config.mode``), what a submission must give (``requires``), what it can do after
-training (``lifecycle``), how it is observed, and its **typed parameters**: each with a type, the
-dot-path it binds in the experiment's config, a default, bounds or choices, and a doc line.
+training (``lifecycle``; ``actions``: what each ``--then`` step needs), how it is observed, and
+its **typed parameters**: each with a type, the dot-path it binds in the experiment's config, a
+default, bounds or choices, and a doc line.
 Everything here is data, built strictly (an unknown key in a ``method.yaml`` is an error);
 behaviour lives in ``contract/params.py`` (values), ``catalog/checks`` (framework rules) and
 ``catalog/adapters`` (launch plans).
@@ -18,6 +19,7 @@ from pydantic import Field, model_validator
 
 from starforge.contract.base import Contract
 from starforge.contract.params import Param
+from starforge.contract.steps import ActionNeeds, StepAction
 
 
 class RuntimeVersion(Contract):
@@ -114,6 +116,8 @@ class MethodDecl(Contract):
     checks: list[str] = Field(default_factory=list)  # framework static checks, by name
     auto_retry: AutoRetry = Field(default_factory=AutoRetry)
     params: dict[str, Param] = Field(default_factory=dict)
+    # The steps ``--then ACTION`` may add, with what each needs (GPUs, actions before it).
+    actions: dict[StepAction, ActionNeeds] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _consistent(self) -> MethodDecl:

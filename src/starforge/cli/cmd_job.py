@@ -53,14 +53,19 @@ def list_runs(
     status: Annotated[
         str | None, typer.Option("--status", help="Only runs in this status.")
     ] = None,
+    steps: Annotated[
+        bool,
+        typer.Option("--steps", help="List step runs (--then export, eval) as rows too."),
+    ] = False,
     json_out: JsonOpt = False,
     sweep: Annotated[
         str | None, typer.Option("--sweep", help="Only the variants of this sweep (grid order).")
     ] = None,
 ) -> None:
-    """List your runs, newest first.
+    """List your runs, newest first. STEPS is a pipeline's steps done/total (``!``: it stopped
+    short: a step failed or was stopped, or an eval gate failed).
 
-    Example: sf job ls --status running
+    Example: sf job ls --status running · sf job ls --steps
     """
     from starforge.cli.connect import connect
 
@@ -70,26 +75,42 @@ def list_runs(
             runs = client.sweep_runs(sweep).runs
             runs = [r for r in runs if status is None or r.status == status][:limit]
         else:
-            runs = client.list_runs(limit=limit, status=status).runs
-    out.data([r.model_dump(mode="json", exclude={"spec", "events"}) for r in runs])
+            runs = client.list_runs(limit=limit, status=status, hide_steps=not steps).runs
+    out.data(
+        [
+            {**r.model_dump(mode="json", exclude={"spec", "events"}), "steps_done": _steps(r)}
+            for r in runs
+        ]
+    )
     if not runs:
         out.line("no runs yet")
         return
     out.table(
-        ["RUN", "STATUS", "EXPERIMENT", "METHOD", "GPUS", "SUBMITTED", "REASON"],
+        ["RUN", "STATUS", "EXPERIMENT", "METHOD", "GPUS", "STEPS", "SUBMITTED", "REASON"],
         [
             [
                 r.run_id,
                 status_text(r.status) + (f" #{r.queue_position}" if r.queue_position else ""),
                 f"{r.project}/{r.experiment}",
-                r.method,
+                r.method + (f" > {r.step.action}" if r.step else ""),
                 str(r.gpus),
+                _steps(r) or "-",
                 ago(r.created_at),
                 r.reason + (f" (Slurm: {r.executor_pending})" if r.executor_pending else ""),
             ]
             for r in runs
         ],
     )
+
+
+def _steps(view: RunView) -> str:
+    """``done/total`` of a run's pipeline (``!`` when short); a step run: its place in it."""
+    from starforge.contract.steps import progress
+
+    if view.step is not None:
+        return f"{view.step.action} of {view.step.root_run_id}"
+    statuses = [s.status.value if s.status else None for s in view.steps]
+    return progress(view.status.value, statuses)
 
 
 @app.command()
@@ -130,8 +151,28 @@ def status(run: RunArg = None, json_out: JsonOpt = False) -> None:
     rows[at:at] = _pending_rows(view)  # a queued run: its place in the queue, in numbers
     if view.executor_pending:  # placed, but the executor (Slurm) has not started it yet
         rows.insert(at, ("executor", f"waiting: {view.executor_pending}"))
+    if view.steps:
+        rows.insert(at, ("steps", _steps(view) + " done"))
+    if view.step is not None:
+        rows.insert(at, ("step", f"{view.step.action} of run {view.step.root_run_id}"))
     for key, value in rows:
         out.line(f"[bold]{key:>10}[/bold]  {value}")
+    if view.steps:
+        out.line("")
+        out.table(
+            ["STEP", "ACTION", "RUN", "STATUS", "REASON", "LOG"],
+            [
+                [
+                    str(s.position + 1),
+                    s.action,
+                    s.run_id or "-",
+                    status_text(s.status) if s.status else "not started",
+                    s.reason or "-",
+                    f"sf job logs {s.run_id}" if s.run_id else "-",
+                ]
+                for s in view.steps
+            ],
+        )
     if view.attempts:
         out.line("")
         out.table(
@@ -225,7 +266,7 @@ def stop(
 
     out.set_json(json_out)
     with connect() as client:
-        view = client.get_run(run)
+        view = _current_step(client, client.get_run(run))
         result = client.stop(view.run_id)
     out.data({"run_id": view.run_id, **result.model_dump(mode="json")})
     if result.accepted:
@@ -234,13 +275,23 @@ def stop(
         out.line(f"[yellow]not stopped:[/yellow] {result.message}")
 
 
+def _current_step(client: Client, view: RunView) -> RunView:
+    """The run an action on ``view`` is for: once training succeeded, its latest step (stop,
+    pause and retry act on the pipeline's current step; retrying an export never retrains)."""
+    made = [s for s in view.steps if s.run_id]
+    if view.status.value != "succeeded" or not made:
+        return view
+    out.info(f"{view.run_id} succeeded; acting on its current step, {made[-1].action}")
+    return client.get_run(made[-1].run_id)
+
+
 def _act(run: str, action: str, json_out: bool) -> None:
     """Send one user action and print its answer (accepted, or the reason it was not)."""
     from starforge.cli.connect import connect
 
     out.set_json(json_out)
     with connect() as client:
-        view = client.get_run(run)
+        view = _current_step(client, client.get_run(run))
         result = getattr(client, action)(view.run_id)
     out.data({"run_id": view.run_id, "action": action, **result.model_dump(mode="json")})
     if result.accepted:

@@ -101,6 +101,14 @@ def submit(
             "lost node (default: the method's policy, 2 for the built-in methods).",
         ),
     ] = None,
+    then: Annotated[
+        list[str],
+        Flag(
+            "--then",
+            help="After training succeeds, run this platform step (export, eval); repeat "
+            "for several, in order. Each step is a run of its own (`sf job ls --steps`).",
+        ),
+    ] = [],  # noqa: B006
     dry_run: Annotated[
         bool,
         Flag(
@@ -155,6 +163,7 @@ def submit(
         observability_url=observability_url,
         max_retries=max_retries,
         secrets=secret or [],
+        steps=then,
     )
     prepared = submit_flow.prepare(opts)
     for warning in prepared.warnings:
@@ -198,10 +207,21 @@ def _print_dry_run(prepared: Prepared, user: str) -> None:
         out.line("  " + escape(" ".join(node["argv"])))
         for path in node["files"]:
             out.line(f"  writes {escape(path)}")
+    _print_steps(prepared)
     out.line(
         f"\nnothing submitted (--dry-run); the package has {plan['files']} file(s), "
         f"{human_bytes(plan['bytes'])}"
     )
+
+
+def _print_steps(prepared: Prepared) -> None:
+    """The command each ``--then`` step would run once the one before it succeeded."""
+    from starforge.cli.cmd_export import pipeline_argvs
+
+    steps = pipeline_argvs(prepared.spec, prepared.method, prepared.validated.run_config)
+    for action, argv in steps:
+        out.line(f"\n[bold]then {action}[/bold] (a run of its own, after success)")
+        out.line("  " + escape(" ".join(argv)))
 
 
 def _submit(client: Client, prepared: Prepared, *, follow: bool, json_out: bool) -> None:
@@ -268,6 +288,11 @@ def _submit(client: Client, prepared: Prepared, *, follow: bool, json_out: bool)
         f"{human_bytes(result.bytes_skipped)}"
     )
     out.line(f"  console: {escape(report['console_url'])}")
+    if prepared.spec.steps:  # each step is a run of its own, made when the one before succeeds
+        out.line(
+            f"  then: {' -> '.join(prepared.spec.steps)} after training succeeds "
+            f"(`sf job status {resp.run_id}` shows each step)"
+        )
     if prepared.spec.observability_url:
         out.line(f"  curves: {escape(prepared.spec.observability_url)} (external)")
     if prepared.spec.secrets:  # names only: the values reach the job at start

@@ -38,6 +38,7 @@ from starforge.contract.secrets import (
     parse_config_secrets,
     request_of,
 )
+from starforge.contract.steps import check_steps
 from starforge.contract.submission import INPUT_FLAGS, check_submission
 from starforge.project import experiments, git, packer
 from starforge.project.lab import Lab, find_lab
@@ -61,6 +62,7 @@ class SubmitOptions:
     observability_url: str | None = None
     max_retries: int | None = None  # automatic requeues after a lost node (None: method default)
     secrets: list[str] = field(default_factory=list)  # --secret NAME: names only, never values
+    steps: list[str] = field(default_factory=list)  # --then ACTION, in order
 
 
 @dataclass
@@ -152,6 +154,7 @@ def prepare(opts: SubmitOptions) -> Prepared:
     )
     warnings += validated.warnings
     method = validated.method
+    check_steps(opts.steps, method.actions, method.id)  # before packing: nothing is made
     image = check_image(opts.image) if opts.image else ""
     inputs, input_files = _inputs(lab.root, opts)
     state = git.read_state(lab.root, [exp.relpath, *packer.SHARED_DIRS])
@@ -182,6 +185,7 @@ def prepare(opts: SubmitOptions) -> Prepared:
         ),
         observability_url=opts.observability_url or "",
         secrets=requested_secrets(validated.run_config, opts.secrets),
+        steps=opts.steps,
     )
     check_submission(
         spec,

@@ -126,8 +126,15 @@ class Client:
     def submit(self, request: api.SubmitRequest) -> api.SubmitResponse:
         return self._post("/jobs", api.SubmitResponse, request)
 
-    def list_runs(self, *, limit: int = 50, status: str | None = None) -> api.RunList:
+    def list_runs(
+        self, *, limit: int = 50, status: str | None = None, hide_steps: bool = False
+    ) -> api.RunList:
+        if hide_steps:  # only when asked: the query stays what older servers knew
+            return self._get("/runs", api.RunList, limit=limit, status=status, hide_steps="true")
         return self._get("/runs", api.RunList, limit=limit, status=status)
+
+    def export_run(self, ref: str, body: api.ExportRequest) -> api.SubmitResponse:
+        return self._post(f"/runs/{ref}/export", api.SubmitResponse, body)
 
     def get_run(self, ref: str) -> api.RunView:
         return self._get(f"/runs/{ref}", api.RunView)

@@ -142,6 +142,28 @@ class RunView(Contract):
     pending: PendingView | None = None  # queued runs only: why it waits
     # Placed by StarForge, waiting in the executor (Slurm's pending reason, e.g. "Resources").
     executor_pending: str = ""
+    # A training run with ``--then`` steps: each step in order (run_id "" until it exists).
+    steps: list[StepView] = Field(default_factory=list)
+    step: StepView | None = None  # a step run: which step of which run it is
+
+
+class StepView(Contract):
+    """One step of a pipeline (``--then``): its action, place and, once it exists, its run."""
+
+    action: str
+    position: int
+    root_run_id: str = ""
+    run_id: str = ""  # "" while the step has not been created (training still going, or short)
+    status: JobStatus | None = None
+    reason: str = ""
+
+
+class ExportRequest(Contract):
+    """``sf export``: a standalone export step of a run's checkpoint (a run of its own)."""
+
+    checkpoint_step: int | None = Field(default=None, ge=0, le=INT32_MAX)  # None: the latest
+    format: Literal["huggingface"] = "huggingface"
+    idempotency_key: str = Field(min_length=8, max_length=128)
 
 
 class RunList(Contract):

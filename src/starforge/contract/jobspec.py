@@ -21,6 +21,7 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 from starforge.contract.base import Contract
 from starforge.contract.names import SAFE_SEGMENT, is_sha256
 from starforge.contract.secrets import MAX_SECRETS, SecretRequest
+from starforge.contract.steps import MAX_STEPS, StepAction, StepSpec
 
 API_VERSION = "starforge/v1"
 T = TypeVar("T")
@@ -220,6 +221,13 @@ class JobSpec(Contract):
     )
     # A variant of a sweep (``sf sweep``); absent from the wire for a plain submission.
     sweep: SweepTag | None = Field(default=None, exclude_if=lambda v: v is None)
+    # ``--then ACTION``: platform steps run after training succeeds, in order (contract.steps).
+    # Absent from the wire when empty, so servers that predate steps accept the spec.
+    steps: list[StepAction] = Field(
+        default_factory=list, max_length=MAX_STEPS, exclude_if=lambda v: not v
+    )
+    # Set by the control plane on a step run only (a submission carrying one is refused).
+    step: StepSpec | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @field_validator("hyperparams")
     @classmethod

@@ -61,7 +61,8 @@ class Pool(Contract):
     profile: str
     series: str
     nodes: int = Field(ge=1)
-    gpus_per_node: int = Field(ge=1)
+    # 0 only for a step run that needs no GPU (an export): the grammar never asks for 0.
+    gpus_per_node: int = Field(ge=0)
     roles: list[str] = Field(default_factory=list)
     # The profile's env as it was at admission: editing the server's settings later never
     # changes a run that is already queued.

@@ -34,6 +34,7 @@ from starforge.server.api import (
     labops,
     lifecycle,
     meta,
+    pipelines,
     runs,
     stream,
     sweeps,
@@ -135,6 +136,7 @@ def create_app(
     app.include_router(secrets_api.router, prefix=API_PREFIX, dependencies=gate)
     app.include_router(sweeps.router, prefix=API_PREFIX, dependencies=gate)
     app.include_router(labops.router, prefix=API_PREFIX, dependencies=gate)
+    app.include_router(pipelines.router, prefix=API_PREFIX, dependencies=gate)
     console.install(app)
     install_openapi(app)
     return app

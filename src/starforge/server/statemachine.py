@@ -11,6 +11,9 @@ Timestamps: ``started_at`` is the first time the run reached ``running``; ``ende
 it reaches a terminal status and cleared when ``retry`` sends it back to the queue (together with
 ``end_reason`` and ``exit_code``, which describe only the latest ending).
 
+Success of a run with further ``--then`` steps queues the next step run in the same transaction
+(:func:`start_next_step`): a step exists exactly when the success that starts it does.
+
 A node's record changes only through :func:`node_event`, which consults
 :data:`~starforge.contract.states.NODE_TRANSITIONS`: an event the table rejects changes nothing
 and returns None (runner reports are retried and may arrive twice or late; callers answer them
@@ -36,6 +39,7 @@ from starforge.contract.states import (
     can_transition,
     next_node_state,
 )
+from starforge.server import pipeline
 from starforge.server.db.models import Attempt, Event, Run, utcnow
 from starforge.server.services import notify
 
@@ -88,6 +92,27 @@ def transition(
     )
     if dst.is_terminal:  # webhooks owed, in this same transaction (an outbox)
         notify.enqueue(session, run, now)
+    if dst is JobStatus.SUCCEEDED:
+        start_next_step(session, run)
+
+
+def start_next_step(session: Session, run: Run) -> Run | None:
+    """Queue the pipeline's next step (``--then``) in the transaction that records ``run``'s
+    success, so the step exists exactly when the success does (:mod:`starforge.server.pipeline`).
+    """
+    made = pipeline.next_step(session, run)
+    if made is None:
+        return None
+    if isinstance(made, str):  # the pipeline stops short: say why on the run
+        set_reason(run, f"{run.reason}; {made}")
+        return None
+    child, row = made
+    action = row.action
+    admit(session, child, reason=f"step {action} of {row.root_run_id}", actor="pipeline")
+    session.flush()  # the step's row names the run: the run goes first
+    session.add(row)
+    set_reason(run, f"{run.reason}; next step: {action} ({child.id})")
+    return child
 
 
 def place_nodes(attempt: Attempt, nodes: dict[int, NodeRecord]) -> None:

@@ -30,6 +30,10 @@ def _registry() -> dict[str, Adapter]:
 
 
 def compile_plan(ctx: CompileContext) -> LaunchPlan:
+    if ctx.spec.step is not None:  # a step run (--then, sf export): a platform program
+        from starforge.catalog.adapters import steps
+
+        return steps.compile(ctx)
     adapters = _registry()
     adapter = adapters.get(ctx.method.framework)
     if adapter is None:

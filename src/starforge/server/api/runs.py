@@ -42,8 +42,9 @@ def list_runs(
     user: Reader,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     status: JobStatus | None = None,
+    hide_steps: bool = False,
 ) -> RunList:
-    return RunList(runs=jobs.list_runs(rt, user, limit=limit, status=status))
+    return RunList(runs=jobs.list_runs(rt, user, limit=limit, status=status, hide_steps=hide_steps))
 
 
 @router.get("/runs/{ref}", response_model=RunView)

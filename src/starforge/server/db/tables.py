@@ -11,6 +11,7 @@ from starforge.server.db import (
     models,
     resources,
     secrets,
+    steps,
     sweeps,
 )
 
@@ -24,5 +25,6 @@ __all__ = [
     "models",
     "resources",
     "secrets",
+    "steps",
     "sweeps",
 ]

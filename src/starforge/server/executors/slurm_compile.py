@@ -71,13 +71,15 @@ def _header(job: BatchJob) -> list[str]:
 
 
 def _component(c: Component) -> list[str]:
-    return [
+    lines = [
         f"--partition={c.partition}",
         f"--nodes={len(c.nodes)}",
         "--ntasks-per-node=1",
         f"--nodelist={','.join(c.nodes)}",
-        f"--gres=gpu:{c.gres_type}:{c.gpus_per_node}",
     ]
+    if c.gpus_per_node:  # a step run on the CPU (an export) asks for no GPU at all
+        lines.append(f"--gres=gpu:{c.gres_type}:{c.gpus_per_node}")
+    return lines
 
 
 def _srun(job: BatchJob, index: int, c: Component) -> str:

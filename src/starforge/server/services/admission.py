@@ -26,7 +26,7 @@ from starforge.catalog.adapters.base import run_config
 from starforge.catalog.checks import CheckContext, run_checks
 from starforge.catalog.loader import Method, get_method
 from starforge.catalog.locks import lock_state
-from starforge.contract import observability, sensitive
+from starforge.contract import observability, sensitive, steps
 from starforge.contract.api import Quota
 from starforge.contract.errors import CatalogMismatch, MissingBlobs, QuotaRejected, Rejected
 from starforge.contract.jobspec import InputKind, JobSpec, Manifest
@@ -78,6 +78,17 @@ def check_catalog(spec: JobSpec) -> tuple[Method, list[str]]:
             "reasons": status.reasons,
         },
     )
+
+
+def check_pipeline(spec: JobSpec, method: Method) -> None:
+    """``--then`` steps the method declares, in an order it can run; a step run's StepSpec is
+    the control plane's to write, never a submission's."""
+    if spec.step is not None:
+        raise Rejected(
+            "spec.step is set by the platform for its step runs, not by a submission",
+            hint="use `sf submit ... --then ACTION` or `sf export`",
+        )
+    steps.check_steps(spec.steps, method.actions, method.id)
 
 
 def run_pools(run: Run) -> list[Pool]:
@@ -229,6 +240,7 @@ def admit(
     method, warnings = check_catalog(spec)
     requests = parse_profile_args(spec.profiles)
     check_submission(spec, method, requests=requests, package={f.path for f in manifest.files})
+    check_pipeline(spec, method)
     pools = resolve(requests, profiles, method.roles)
     if executor_check is not None:
         executor_check(pools)

@@ -39,6 +39,7 @@ from starforge.server.services import (
     blobs,
     images,
     lifecycle,
+    pipelines,
     queue,
     quotas,
     secrets,
@@ -287,6 +288,7 @@ def get(rt: Runtime, user: str, ref: str) -> RunView:
         run = resolve(session, user, ref)
         found = view(rt, run)
         queue.explain(rt, session, [(run, found)])
+        pipelines.attach(session, [run], [found])
         hide_others(session, user, [found])
     return found
 
@@ -349,17 +351,25 @@ def _why_texts(v: RunView) -> list[str]:
 
 
 def list_runs(
-    rt: Runtime, user: str, *, limit: int = 50, status: JobStatus | None = None
+    rt: Runtime,
+    user: str,
+    *,
+    limit: int = 50,
+    status: JobStatus | None = None,
+    hide_steps: bool = False,
 ) -> list[RunView]:
     with rt.transaction() as session:
         query = select(Run).where(users.visible_runs(user)).options(selectinload(Run.attempts))
         if status is not None:
             query = query.where(Run.status == status.value)
+        if hide_steps:  # a pipeline is one row; `sf job ls --steps` shows its step runs too
+            query = query.where(Run.id.not_in(pipelines.step_run_ids()))
         rows = session.scalars(
             query.order_by(Run.created_at.desc(), Run.id.desc()).limit(limit)
         ).all()
         views = [view(rt, r, full=False) for r in rows]
         queue.explain(rt, session, list(zip(rows, views, strict=True)))
+        pipelines.attach(session, rows, views)
         hide_others(session, user, views)
     return views
 

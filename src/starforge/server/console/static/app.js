@@ -303,6 +303,7 @@ function renderRun(run) {
     ["curves", external ? `external: <a href="${esc(external)}" target="_blank" rel="noopener">${esc(external)}</a>`
       : "on the platform (below)"],
     ["run dir", `<span class="mono">${esc(run.run_dir)}</span>`],
+    ...stepRows(run),
   ]);
   const prov = spec.provenance || {};
   document.getElementById("provenance").innerHTML = kv([
@@ -325,6 +326,18 @@ function renderRun(run) {
     run.events.slice().reverse().map((e) => [when(e.at),
       `${e.src ? esc(e.src) + " → " : ""}${badge(e.dst)}`, esc(e.reason), esc(e.actor)]));
   document.getElementById("spec").textContent = JSON.stringify(spec, null, 2);
+}
+
+// A pipeline's steps (--then export, eval), each a run of its own with its own page and log.
+function stepRows(run) {
+  const link = (id) => `<a class="mono" href="#/runs/${esc(id)}">${esc(id)}</a>`;
+  const rows = [];
+  if (run.step) rows.push(["step", `${esc(run.step.action)} of ${link(run.step.root_run_id)}`]);
+  if ((run.steps || []).length) {
+    rows.push(["steps", run.steps.map((s) => `${s.position + 1}. ${esc(s.action)}: ` +
+      (s.run_id ? `${badge(s.status)} ${link(s.run_id)}` : "not started")).join("<br>")]);
+  }
+  return rows;
 }
 
 function renderHparams(run, meta, filter) {

@@ -6,7 +6,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0017_lab_ops"
-down_revision = "0012_images"
+down_revision = "0015_steps"
 
 
 def upgrade() -> None:

@@ -6,7 +6,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0018_sweeps"
-down_revision = "0012_images"
+down_revision = "0017_lab_ops"
 
 
 def upgrade() -> None:
