@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from starforge.contract.base import Contract
+from starforge.contract.lineage import InitFrom
 from starforge.contract.names import SAFE_SEGMENT, is_sha256
 
 API_VERSION = "starforge/v1"
@@ -205,6 +206,9 @@ class JobSpec(Contract):
     # Where the run's curves live for an ``external``-observability method (e.g. a W&B project);
     # empty for ``platform`` methods, whose curves the control plane keeps itself.
     observability_url: str = Field(default="", max_length=2048)
+    # ``--init-from``: the parent run's artifact this run starts from (``contract.lineage``);
+    # admission fills in the resolved path. Absent from the wire when not given.
+    init_from: InitFrom | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @field_validator("hyperparams")
     @classmethod
