@@ -76,7 +76,16 @@ def run_eval(
     cfg = tmp_path / "config.yaml"
     cfg.write_text(yaml.safe_dump({"use_cpu": True, **config}))
     out = tmp_path / "eval" / "report.json"
-    args = ["--model", str(model), "--method", method, "--config", str(cfg)]
+    args = [
+        "--model",
+        str(model),
+        "--method",
+        method,
+        "--config",
+        str(cfg),
+        "--exp-dir",
+        str(tmp_path),
+    ]
     code = program.main([*args, "--data", str(data), "--out", str(out)])
     return code, json.loads(out.read_text())
 

@@ -101,6 +101,14 @@ def submit(
             "lost node (default: the method's policy, 2 for the built-in methods).",
         ),
     ] = None,
+    init_from: Annotated[
+        str | None,
+        Flag(
+            "--init-from",
+            help="Start from another run's artifact instead of --model: "
+            "run/RUN_ID/checkpoint[@step=N] or run/RUN_ID/export (your runs only).",
+        ),
+    ] = None,
     dry_run: Annotated[
         bool,
         Flag(
@@ -126,6 +134,9 @@ def submit(
       sf submit my-verl --profile h200:8 --model Qwen/Qwen3.5-9B \\
           --train-data /shared/gsm8k/train.parquet --validation-data /shared/gsm8k/val.parquet \\
           --dry-run
+
+      sf submit my-dpo --profile h200:1 --init-from run/r-abc123/checkpoint \
+          --train-data data/dpo-train.jsonl --validation-data data/dpo-val.jsonl
     """
     # Imported here, not at the top: `sf --help` must not pay for the client and the packer.
     from starforge.cli import submit_flow
@@ -146,6 +157,7 @@ def submit(
         framework_version=framework_version,
         observability_url=observability_url,
         max_retries=max_retries,
+        init_from=init_from,
     )
     prepared = submit_flow.prepare(opts)
     for warning in prepared.warnings:

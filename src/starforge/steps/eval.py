@@ -32,6 +32,7 @@ import hashlib
 import importlib.util
 import json
 import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -297,7 +298,9 @@ class EvalContext:
         if args.max_examples:
             self.rows = self.rows[: args.max_examples]
         self.config = config
-        self.exp_dir: Path = args.exp_dir or args.config.parent
+        # reward.py's folder: --exp-dir, else the job's experiment folder, else here (a step
+        # run starts in the experiment's folder).
+        self.exp_dir: Path = args.exp_dir or Path(os.environ.get("FORGE_EXP_DIR") or Path.cwd())
         self.model, self.tokenizer = load_model(args.model, config)
         self.ref_model = load_model(args.ref_model, config)[0] if args.ref_model else None
 
@@ -320,7 +323,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--config", required=True, type=Path, help="the run's config (YAML)")
     parser.add_argument("--data", required=True, type=Path, help="validation data (JSONL/Parquet)")
     parser.add_argument("--out", required=True, type=Path, help="where the JSON report goes")
-    parser.add_argument("--exp-dir", type=Path, help="the experiment's folder (reward.py)")
+    parser.add_argument(
+        "--exp-dir", type=Path, help="the experiment's folder, for reward.py ($FORGE_EXP_DIR)"
+    )
     parser.add_argument("--ref-model", help="reference model folder for trl/dpo's margin")
     parser.add_argument("--max-examples", type=int, default=0, help="evaluate the first N rows")
     parser.add_argument("--step", type=int, default=0, help="the step the metrics are logged at")
