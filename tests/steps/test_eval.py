@@ -23,6 +23,12 @@ SPECIAL = ["<pad>", "<bos>", "<eos>", "<unk>"]
 VOCAB = len(SPECIAL) + len(ALPHABET)
 
 
+@pytest.fixture(autouse=True)
+def _outside_a_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("FORGE_MODEL", "FORGE_EXP_DIR", "STARFORGE_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture(scope="module")
 def uniform_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 2-layer Llama with a character tokenizer whose predictions are uniform."""
@@ -193,3 +199,16 @@ def test_data_without_the_methods_columns_is_bad_input(
 
     assert exited.value.code == 2
     assert "expected columns chosen+prompt+rejected" in capsys.readouterr().err
+
+
+def test_inside_a_job_dpo_measures_against_the_runs_starting_model(
+    uniform_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FORGE_MODEL", str(uniform_model))  # what the step run's job env says
+    rows = [{"prompt": "p:", "chosen": "ab", "rejected": "abcd"}]
+
+    code, report = run_eval(tmp_path, uniform_model, "trl/dpo", rows)
+
+    assert code == 0 and report["ref_model"] == str(uniform_model)
+    assert report["metrics"]["accuracy"] == 0.0  # the policy has not moved from its start
+    assert report["metrics"]["loss"] == pytest.approx(math.log(2), rel=1e-6)

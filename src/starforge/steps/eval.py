@@ -10,8 +10,10 @@ lists, so admission can refuse a gate on a metric that is never produced):
   text for ``text`` / ``messages`` rows), ``perplexity`` = exp(loss), and ``tokens`` counted;
 - ``trl/dpo``: ``accuracy``, the share of pairs whose implicit reward prefers ``chosen``;
   ``margin``, the mean reward margin beta·((log π(c) − log π(r)) − (log π_ref(c) − log π_ref(r)));
-  ``loss``, the sigmoid DPO loss −log σ(margin), with ``beta`` from the config. Without
-  ``--ref-model`` the reference terms are 0 (a reference-free margin);
+  ``loss``, the sigmoid DPO loss −log σ(margin), with ``beta`` from the config. The reference
+  is ``--ref-model``, else, inside a job, the run's starting model (``$FORGE_MODEL``, when it is
+  a folder: the model DPO trained away from, as TRL's own eval uses); without either the
+  reference terms are 0 (a reference-free margin);
 - ``trl/grpo``: ``reward``, the experiment's reward functions (``REWARD_FUNCS`` of its
   ``reward.py``, weighted by ``reward_weights``) averaged over ``num_generations`` sampled
   completions per prompt (``max_completion_length``, ``temperature``, ``top_p``, ``seed`` from
@@ -332,8 +334,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def default_reference(method: str) -> str | None:
+    """trl/dpo's reference when none is given: the job's starting model, if it is a folder."""
+    start = os.environ.get("FORGE_MODEL", "")
+    if method == "trl/dpo" and start and Path(start, "config.json").is_file():
+        return start
+    return None
+
+
 def check_inputs(args: argparse.Namespace) -> dict[str, Any]:
     """Everything that can be checked before torch is imported; returns the config."""
+    args.ref_model = args.ref_model or default_reference(args.method)
     if args.method not in EVALUATORS:
         fail(f"--method {args.method}: no platform eval (methods: {', '.join(EVALUATORS)})")
     if not Path(args.model, "config.json").is_file():
