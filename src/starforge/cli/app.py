@@ -9,6 +9,7 @@ from starforge.cli import (
     cmd_admin,
     cmd_auth,
     cmd_demo,
+    cmd_eval,
     cmd_export,
     cmd_job,
     cmd_lab,
@@ -63,6 +64,7 @@ app.command("ls", rich_help_panel="Experiment")(cmd_methods.ls)
 app.command(rich_help_panel="Experiment")(cmd_methods.validate)
 app.command(rich_help_panel="Job")(cmd_submit.submit)
 app.command(rich_help_panel="Job")(cmd_export.export)
+app.command("eval", rich_help_panel="Job")(cmd_eval.eval_)
 # `sf job metrics|console` live in their own module, which builds on cmd_job (never the reverse).
 cmd_job.app.command("metrics")(cmd_metrics.metrics)
 cmd_job.app.command("console")(cmd_metrics.console)

@@ -149,6 +149,9 @@ def status(run: RunArg = None, json_out: JsonOpt = False) -> None:
     ]
     at = [key for key, _ in rows].index("reason") + 1
     rows[at:at] = _pending_rows(view)  # a queued run: its place in the queue, in numbers
+    if view.spec is not None and view.spec.init_from is not None:  # --init-from: its parent
+        after = [key for key, _ in rows].index("commit") + 1
+        rows.insert(after, ("lineage", f"started from {view.spec.init_from.describe()}"))
     if view.executor_pending:  # placed, but the executor (Slurm) has not started it yet
         rows.insert(at, ("executor", f"waiting: {view.executor_pending}"))
     if view.steps:

@@ -109,6 +109,14 @@ def submit(
             "for several, in order. Each step is a run of its own (`sf job ls --steps`).",
         ),
     ] = [],  # noqa: B006
+    init_from: Annotated[
+        str | None,
+        Flag(
+            "--init-from",
+            help="Start from another run's artifact instead of --model: "
+            "run/RUN_ID/checkpoint[@step=N] or run/RUN_ID/export (your runs only).",
+        ),
+    ] = None,
     dry_run: Annotated[
         bool,
         Flag(
@@ -142,6 +150,9 @@ def submit(
       sf submit my-verl --profile h200:8 --model Qwen/Qwen3.5-9B \\
           --train-data /shared/gsm8k/train.parquet --validation-data /shared/gsm8k/val.parquet \\
           --dry-run
+
+      sf submit my-dpo --profile h200:1 --init-from run/r-abc123/checkpoint \
+          --train-data data/dpo-train.jsonl --validation-data data/dpo-val.jsonl
     """
     # Imported here, not at the top: `sf --help` must not pay for the client and the packer.
     from starforge.cli import submit_flow
@@ -164,6 +175,7 @@ def submit(
         max_retries=max_retries,
         secrets=secret or [],
         steps=then,
+        init_from=init_from,
     )
     prepared = submit_flow.prepare(opts)
     for warning in prepared.warnings:

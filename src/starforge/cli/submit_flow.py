@@ -25,7 +25,7 @@ from starforge.catalog.checks import CheckContext, run_checks
 from starforge.catalog.loader import Method, get_method
 from starforge.client import pending
 from starforge.client.http import Client
-from starforge.contract import observability
+from starforge.contract import lineage, observability
 from starforge.contract import profiles as profile_grammar
 from starforge.contract.api import ProfilesResponse, SubmitRequest, SubmitResponse
 from starforge.contract.errors import LockError, ServerUnreachable, StarForgeError, UsageError
@@ -43,6 +43,7 @@ from starforge.contract.submission import INPUT_FLAGS, check_submission
 from starforge.project import experiments, git, packer
 from starforge.project.lab import Lab, find_lab
 from starforge.project.validate import Validated, validate
+from starforge.steps import gate
 
 
 @dataclass
@@ -63,6 +64,7 @@ class SubmitOptions:
     max_retries: int | None = None  # automatic requeues after a lost node (None: method default)
     secrets: list[str] = field(default_factory=list)  # --secret NAME: names only, never values
     steps: list[str] = field(default_factory=list)  # --then ACTION, in order
+    init_from: str | None = None  # --init-from run/RUN_ID/KIND[@step=N] (contract.lineage)
 
 
 @dataclass
@@ -149,6 +151,7 @@ def prepare(opts: SubmitOptions) -> Prepared:
     )
     exp = experiments.load_experiment(lab, opts.experiment)
     requests = profile_grammar.parse_profile_args(opts.profiles)
+    init_from = lineage.parse_init_from(opts.init_from) if opts.init_from else None
     validated = validate(
         lab, exp, opts.sets, framework_version=opts.framework_version, strict=not opts.no_validate
     )
@@ -187,6 +190,8 @@ def prepare(opts: SubmitOptions) -> Prepared:
         secrets=requested_secrets(validated.run_config, opts.secrets),
         steps=opts.steps,
     )
+    if init_from is not None:  # the parent's artifact is the model (resolved by admission)
+        spec = spec.model_copy(update={"init_from": init_from})
     check_submission(
         spec,
         method,
@@ -197,6 +202,7 @@ def prepare(opts: SubmitOptions) -> Prepared:
     # After the shared check, in admission's order (a custom method asks for --image first).
     mode = observability.mode_of(method.observability, validated.run_config)
     observability.check_url(mode, spec.observability_url, method.id)
+    gate.check_gate_config(method.id, validated.run_config)  # admission's check, before upload
     return Prepared(
         spec=spec,
         manifest=manifest,

@@ -170,6 +170,14 @@ def input_location(ref: InputRef | None, work_dir: str) -> str:
     return ref.value
 
 
+def model_location(spec: JobSpec, work_dir: str) -> str:
+    """The model the job starts from: the ``--init-from`` artifact admission resolved, else
+    ``--model``."""
+    if spec.init_from is not None and spec.init_from.path:
+        return spec.init_from.path
+    return input_location(spec.inputs.model, work_dir)
+
+
 def job_env(spec: JobSpec, b: Binding) -> dict[str, str]:
     """The job's environment, in a fixed order; empty values are left out."""
     framework = spec.method.id.split("/", 1)[0]
@@ -190,7 +198,7 @@ def job_env(spec: JobSpec, b: Binding) -> dict[str, str]:
         "FORGE_EXP_DIR": f"{b.work_dir}/{spec.exp_dir}",
         "FORGE_OUT_DIR": b.out_dir,
         "FORGE_LOG_FILE": b.log_path,
-        "FORGE_MODEL": input_location(spec.inputs.model, b.work_dir),
+        "FORGE_MODEL": model_location(spec, b.work_dir),
         "FORGE_TRAIN_DATA": input_location(spec.inputs.train_data, b.work_dir),
         "FORGE_VALIDATION_DATA": input_location(spec.inputs.validation_data, b.work_dir),
         "FORGE_HYPERPARAMS": json.dumps(spec.hyperparams, sort_keys=True)

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from starforge.contract.base import Contract
+from starforge.contract.lineage import InitFrom
 from starforge.contract.names import SAFE_SEGMENT, is_sha256
 from starforge.contract.secrets import MAX_SECRETS, SecretRequest
 from starforge.contract.steps import MAX_STEPS, StepAction, StepSpec
@@ -228,6 +229,9 @@ class JobSpec(Contract):
     )
     # Set by the control plane on a step run only (a submission carrying one is refused).
     step: StepSpec | None = Field(default=None, exclude_if=lambda v: v is None)
+    # ``--init-from``: the parent run's artifact this run starts from (``contract.lineage``);
+    # admission fills in the resolved path. Absent from the wire when not given.
+    init_from: InitFrom | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @field_validator("hyperparams")
     @classmethod

@@ -92,7 +92,9 @@ def check_inputs(spec: JobSpec, method: MethodRules) -> None:
     missing = [
         name
         for name in method.requires
-        if name in INPUT_FLAGS and getattr(spec.inputs, name, None) is None
+        if name in INPUT_FLAGS
+        and getattr(spec.inputs, name, None) is None
+        and not (name == "model" and spec.init_from is not None)  # the parent's artifact
     ]
     if missing:
         flags = [INPUT_FLAGS[name] for name in missing]

@@ -169,6 +169,18 @@ def container_env(plan_env: dict[str, str], host_env: dict[str, str]) -> dict[st
     return {k: v for k, v in plan_env.items() if host_env.get(k) != v}
 
 
+def parent_artifact_mounts(b: Binding, env: dict[str, str]) -> list[Mount]:
+    """``--init-from``: the parent run's checkpoint or export (``FORGE_MODEL``, a folder of
+    another run under the storage root), read-only at the same path; nothing for a hub id or
+    a model in this run's own folders."""
+    model = env.get("FORGE_MODEL", "")
+    runs = b.storage_root.rstrip("/") + "/runs/"
+    own = (b.work_dir.rstrip("/") + "/", b.out_dir.rstrip("/") + "/")
+    if not model.startswith(runs) or model.startswith(own) or ".." in model.split("/"):
+        return []
+    return [Mount(model, model, read_only=True)]
+
+
 def spec_for(
     b: Binding,
     *,
@@ -187,6 +199,7 @@ def spec_for(
     mounts.append(report_mount())
     extra = [p.strip() for p in b.extra_env.get(MOUNTS_ENV, "").split(",") if p.strip()]
     mounts += [Mount(p, p, read_only=True) for p in extra]
+    mounts += parent_artifact_mounts(b, env)
     nofile, nproc = host_limits()
     return ContainerSpec(
         name=container_name(b.run_id, b.attempt, b.node_rank),

@@ -10,7 +10,7 @@ from typing import Any
 from starforge.catalog.loader import Method
 from starforge.contract import params
 from starforge.contract.config import compose, set_path
-from starforge.contract.env import Binding, input_location
+from starforge.contract.env import Binding, input_location, model_location
 from starforge.contract.jobspec import JobSpec
 from starforge.contract.layout import RunLayout
 
@@ -68,6 +68,8 @@ def platform_config(ctx: CompileContext, out_subdir: str = "checkpoints") -> dic
         set_path(config, path, topology[key])
     for key, path in decl.bindings.items():
         location = input_location(getattr(ctx.spec.inputs, key), ctx.binding.work_dir)
+        if key == "model":  # an --init-from artifact replaces --model
+            location = model_location(ctx.spec, ctx.binding.work_dir)
         if location:
             set_path(config, path, location)
     return config

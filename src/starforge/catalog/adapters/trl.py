@@ -11,11 +11,14 @@ import sys
 import yaml
 
 from starforge.catalog.adapters.base import CompileContext, LaunchPlan, platform_config
+from starforge.steps import gate
 
 
 def compile(ctx: CompileContext) -> LaunchPlan:
     config_path = f"{ctx.state_dir}/attempt-{ctx.binding.attempt}.trainer-args.yaml"
-    content = yaml.safe_dump(platform_config(ctx), sort_keys=True)
+    config = platform_config(ctx)
+    config.pop(gate.SECTION, None)  # the platform's eval settings, not a trainer argument
+    content = yaml.safe_dump(config, sort_keys=True)
     entry = f"{ctx.exp_dir}/{ctx.method.entrypoint.file}"
     env = {**ctx.env, "FORGE_CONFIG": config_path}
     return LaunchPlan(

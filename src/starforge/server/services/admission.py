@@ -30,12 +30,14 @@ from starforge.contract import observability, sensitive, steps
 from starforge.contract.api import Quota
 from starforge.contract.errors import CatalogMismatch, MissingBlobs, QuotaRejected, Rejected
 from starforge.contract.jobspec import InputKind, JobSpec, Manifest
+from starforge.contract.lineage import InitFrom
 from starforge.contract.profiles import Pool, parse_profile_args, resolve
 from starforge.contract.submission import INPUT_FLAGS, check_submission
 from starforge.server.services import scheduler
 from starforge.server.services.images import AdmittedImage
 from starforge.server.settings import NodeDef, ProfileDef
 from starforge.server.storage import Storage
+from starforge.steps import gate
 
 if TYPE_CHECKING:
     from starforge.server.db.models import Run
@@ -49,6 +51,7 @@ class Admitted:
     warnings: list[str] = field(default_factory=list)
     image: str = ""  # the image the run runs (pinned to a digest where one was resolved)
     image_source: str = ""  # which rule chose it (contract.images.ImageSource)
+    init_from: InitFrom | None = None  # --init-from, resolved (services.lineage)
 
     @property
     def gpus(self) -> int:
@@ -226,6 +229,7 @@ def admit(
     executor_check: Callable[[list[Pool]], None] | None = None,
     image_check: Callable[[JobSpec, Method], AdmittedImage] | None = None,
     secrets_check: Callable[[JobSpec, dict[str, Any]], list[str]] | None = None,
+    init_from_check: Callable[[JobSpec], InitFrom | None] | None = None,
 ) -> Admitted:
     """Check a submission end to end; raise the first problem found.
 
@@ -252,6 +256,7 @@ def admit(
     config = compose_config(spec, method, manifest, storage)
     check_observability(spec, method, config)
     run_checks(CheckContext(method, config, pools))
+    gate.check_gate_config(method.id, config)  # a gate on a metric the eval never produces
     if spec.provenance.git_dirty:
         warnings.append("submitted from a tree with uncommitted changes")
     if spec.provenance.untracked:
@@ -262,6 +267,8 @@ def admit(
     admitted = Admitted(method=method, pools=pools, config=config, warnings=warnings)
     if secrets_check is not None:  # secrets the run names exist; the hub model is reachable
         admitted.warnings.extend(secrets_check(spec, config))
+    if init_from_check is not None:  # the parent run exists, is the user's, has the artifact
+        admitted.init_from = init_from_check(spec)
     if image_check is not None:
         image = image_check(spec, method)
         admitted.image, admitted.image_source = image.ref, str(image.source or "")

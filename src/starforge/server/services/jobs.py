@@ -19,6 +19,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
+from starforge.contract import lineage
 from starforge.contract.api import (
     AttemptView,
     EventView,
@@ -45,6 +46,7 @@ from starforge.server.services import (
     secrets,
     users,
 )
+from starforge.server.services import lineage as run_lineage
 
 log = logging.getLogger(__name__)
 MAX_CANDIDATES = 8
@@ -87,7 +89,7 @@ def _response(session: Session, run: Run, *, created: bool, warnings: list[str])
 def _same_request(run: Run, req: SubmitRequest) -> bool:
     """Whether ``req`` is the request that made ``run`` (a retry), not a new one reusing its key."""
     return (
-        run.spec == req.spec.model_dump(mode="json")
+        lineage.as_submitted(run.spec) == req.spec.model_dump(mode="json")
         and run.manifest == req.manifest.model_dump(mode="json")
         and run.max_retries == req.max_retries
     )
@@ -154,10 +156,12 @@ def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
         ),
         image_check=image_check,
         secrets_check=functools.partial(secrets.admit_secrets, rt, user),
+        init_from_check=functools.partial(run_lineage.resolve, rt, user),
     )
     blobs.require_owned(rt, user, req.manifest.digests())  # never another user's uploads
     run = _new_run(user, req, admitted)
     run.priority = limits.priority  # the queue orders by the user's priority at submit
+    run_lineage.record(run, admitted.init_from)  # where it starts from, kept in its spec
     # The committed row is the durable record; the run's files are written when it is placed.
     try:
         with rt.transaction() as session:

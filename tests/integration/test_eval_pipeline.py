@@ -1,0 +1,60 @@
+"""``--then export --then eval`` on the tiny model with a gate set out of reach: the eval step
+writes its report (metrics, the gate's reason) and fails, and ``sf job ls`` shows the pipeline
+stopped short with ``!``. Needs the steps machinery (``starforge.contract.steps``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from starforge.project import experiments
+from starforge.project.lab import Lab
+from tests.conftest import Result, commit_all
+from tests.integration.conftest import wait_for
+
+pytest.importorskip("starforge.contract.steps")
+pytestmark = [pytest.mark.integration, pytest.mark.training]
+
+ENDED = {"succeeded", "failed", "stopped"}
+
+
+def test_a_gate_out_of_reach_stops_the_pipeline_short_with_its_reason(
+    sf: Callable[..., Result], new_lab: Callable[..., Lab]
+) -> None:
+    lab = new_lab()
+    experiments.new_experiment(lab, "g1", "trl/sft")
+    subprocess.run(
+        [sys.executable, "experiments/g1/prepare.py"], cwd=lab.root, check=True, capture_output=True
+    )
+    config = lab.root / "experiments" / "g1" / "config.yaml"
+    config.write_text(config.read_text() + "eval:\n  gate: {metric: loss, max: 0.001}\n")
+    commit_all(lab.root, "add g1 with a gate out of reach")
+
+    got = sf("submit", "g1", "-p", "h200:1", "--model", "models/tiny-llama",
+             "--train-data", "data/sft-train.jsonl", "--validation-data", "data/sft-val.jsonl",
+             "-s", "max_steps=3", "--then", "export", "--then", "eval", "--json",
+             cwd=lab.root)  # fmt: skip
+
+    assert got.code == 0, got.err
+    root = str(got.json()["run_id"])  # type: ignore[index]
+    assert wait_for(sf, root, ENDED, timeout=600)["status"] == "succeeded"
+    export_id = str(sf("job", "status", root, "--json").json()["steps"][0]["run_id"])  # type: ignore[index]
+    assert wait_for(sf, export_id, ENDED, timeout=600)["status"] == "succeeded"
+    eval_id = str(sf("job", "status", root, "--json").json()["steps"][1]["run_id"])  # type: ignore[index]
+    done = wait_for(sf, eval_id, ENDED, timeout=600)
+
+    assert done["status"] == "failed" and done["exit_code"] == 3
+    report = json.loads((Path(str(done["run_dir"])) / "out" / "eval" / "report.json").read_text())
+    assert report["metrics"]["loss"] > 0.001 and report["n"] > 0
+    assert report["gate"]["passed"] is False
+    assert report["gate"]["reason"].startswith("gate loss <= 0.001 failed: loss = ")
+    log = sf("job", "logs", eval_id, "--no-follow").out
+    assert "[gate] gate loss <= 0.001 failed" in log
+    listed = sf("job", "ls", "--json").json()
+    assert isinstance(listed, list) and listed[0]["run_id"] == root
+    assert listed[0]["steps_done"] == "1/2!"
