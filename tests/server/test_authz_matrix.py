@@ -24,12 +24,13 @@ from fastapi.testclient import TestClient
 
 from starforge.contract.api import API_PREFIX
 from starforge.contract.auth import Role
+from starforge.contract.datasets import DatasetPush
 from starforge.contract.states import JobStatus
 from starforge.server.api.authz import On, Rule, Who
 from starforge.server.api.deps import UserDep
 from starforge.server.app import create_app
 from starforge.server.runtime import Runtime
-from starforge.server.services import blobs, users
+from starforge.server.services import blobs, datasets, users
 from starforge.server.settings import Settings, load_settings
 
 from .factories import INVENTORY, PROFILES, FakeExecutor, insert_run, request, running_run
@@ -143,7 +144,14 @@ def new_cell(rt: Runtime, role: Role | None, whose: str) -> Cell:
 def call(client: TestClient, method: str, path: str, cell: Cell, submit: dict[str, Any]) -> int:
     digest = hashlib.sha256(BLOB).hexdigest()
     ref = "default" if path.startswith(f"{API_PREFIX}/tokens/") else cell.run_id
-    url = path.format(ref=ref, run_id=cell.run_id, sha256=digest, name=cell.other, framework="trl")
+    url = path.format(
+        ref=ref, run_id=cell.run_id, sha256=digest, name=cell.other, framework="trl",
+        owner=cell.caller, dataset="matrix", version="v1",
+    )  # fmt: skip
+    matrix_dataset = {"name": "matrix", "version": "v1", "files": submit["manifest"]["files"][:1]}
+    if "/datasets/" in path:  # the caller's own dataset, whatever the caller's role
+        rt: Runtime = client.app.state.runtime  # type: ignore[attr-defined]
+        datasets.push(rt, cell.caller, DatasetPush.model_validate(matrix_dataset))
     bodies: dict[str, dict[str, Any]] = {
         "POST /jobs": {**submit, "idempotency_key": f"key-{next(_ids):08d}"},
         "POST /blobs/missing": {"digests": [digest]},
@@ -155,6 +163,8 @@ def call(client: TestClient, method: str, path: str, cell: Cell, submit: dict[st
         "POST /tokens": {},
         "POST /runs/{run_id}/lifecycle": {"attempt": 1, "event": "running"},
         "POST /runs/{run_id}/ingest": {},
+        "POST /datasets": matrix_dataset,
+        "PUT /datasets/{owner}/{dataset}/visibility": {"public": True},
     }
     key = f"{method} {path.removeprefix(API_PREFIX)}"
     headers = {"Authorization": f"Bearer {cell.token}"} if cell.token else {}

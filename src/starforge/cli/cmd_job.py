@@ -123,6 +123,8 @@ def status(run: RunArg = None, json_out: JsonOpt = False) -> None:
     rows[at:at] = _pending_rows(view)  # a queued run: its place in the queue, in numbers
     if view.executor_pending:  # placed, but the executor (Slurm) has not started it yet
         rows.insert(at, ("executor", f"waiting: {view.executor_pending}"))
+    for key, ref in view.datasets.items():  # the exact versions admission resolved
+        rows.insert([k for k, _ in rows].index("commit"), (key.replace("_", " "), ref))
     for key, value in rows:
         out.line(f"[bold]{key:>10}[/bold]  {value}")
     if view.attempts:

@@ -112,6 +112,21 @@ def submit(
         bool, Flag("--follow", "-f", help="Follow the run's log until it ends.")
     ] = False,
     json_out: Annotated[bool, Flag("--json", help="Print a JSON document for scripts.")] = False,
+    train_dataset: Annotated[
+        str | None,
+        Flag(
+            "--train-dataset",
+            help="Platform dataset OWNER/NAME[@VERSION] (overrides data.train.dataset); "
+            "--train-data is then a path inside it.",
+        ),
+    ] = None,
+    validation_dataset: Annotated[
+        str | None,
+        Flag(
+            "--validation-dataset",
+            help="Platform dataset for --validation-data (default: the training dataset).",
+        ),
+    ] = None,
 ) -> None:
     """Submit an experiment as a run.
 
@@ -146,6 +161,8 @@ def submit(
         framework_version=framework_version,
         observability_url=observability_url,
         max_retries=max_retries,
+        train_dataset=train_dataset,
+        validation_dataset=validation_dataset,
     )
     prepared = submit_flow.prepare(opts)
     for warning in prepared.warnings:

@@ -18,18 +18,28 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from starforge import __version__
 from starforge.catalog.checks import CheckContext, run_checks
 from starforge.catalog.loader import Method, get_method
 from starforge.client import pending
 from starforge.client.http import Client
-from starforge.contract import observability
+from starforge.contract import datasets, observability
 from starforge.contract import profiles as profile_grammar
 from starforge.contract.api import ProfilesResponse, SubmitRequest, SubmitResponse
-from starforge.contract.errors import LockError, ServerUnreachable, StarForgeError
+from starforge.contract.config import MISSING, get_path
+from starforge.contract.errors import LockError, ServerUnreachable, StarForgeError, UsageError
 from starforge.contract.images import check_image
-from starforge.contract.jobspec import Inputs, JobSpec, Manifest, Provenance
+from starforge.contract.jobspec import (
+    InputKind,
+    InputRef,
+    Inputs,
+    JobSpec,
+    Manifest,
+    Provenance,
+    check_relpath,
+)
 from starforge.contract.profiles import Pool, ProfileRequest
 from starforge.contract.submission import INPUT_FLAGS, check_submission
 from starforge.project import experiments, git, packer
@@ -53,6 +63,8 @@ class SubmitOptions:
     cwd: Path | None = None
     observability_url: str | None = None
     max_retries: int | None = None  # automatic requeues after a lost node (None: method default)
+    train_dataset: str | None = None  # OWNER/NAME[@VERSION]; overrides data.train.dataset
+    validation_dataset: str | None = None  # overrides data.validation.dataset
 
 
 @dataclass
@@ -85,9 +97,12 @@ class Submitted:
     warnings: list[str]
 
 
-def _inputs(root: Path, opts: SubmitOptions) -> tuple[Inputs, list[str]]:
+def _inputs(
+    root: Path, opts: SubmitOptions, datasets: dict[str, str] | None = None
+) -> tuple[Inputs, list[str]]:
     """The given inputs resolved on this machine (their files must exist); which inputs a
-    method requires is checked with the rest of the submission (``check_submission``)."""
+    method requires is checked with the rest of the submission (``check_submission``).
+    An input with a dataset (``datasets``) is a path inside it, checked at admission."""
     given = {
         "model": opts.model,
         "train_data": opts.train_data,
@@ -95,6 +110,9 @@ def _inputs(root: Path, opts: SubmitOptions) -> tuple[Inputs, list[str]]:
     }
     refs, files = {}, []
     for key, value in given.items():
+        if datasets and key in datasets:
+            refs[key] = dataset_input(INPUT_FLAGS[key], value, datasets[key])
+            continue
         if not value:
             continue
         if key != "model":
@@ -103,6 +121,37 @@ def _inputs(root: Path, opts: SubmitOptions) -> tuple[Inputs, list[str]]:
         refs[key] = resolved.ref
         files.extend(resolved.files)
     return Inputs(**refs), files
+
+
+def dataset_refs(opts: SubmitOptions, config: dict[str, Any]) -> dict[str, str]:
+    """Input -> dataset reference: the flag, else the config's ``data.<split>.dataset``; the
+    validation data falls back to the training dataset. Malformed references: exit 2."""
+    given = {"train_data": opts.train_dataset, "validation_data": opts.validation_dataset}
+    refs: dict[str, str] = {}
+    for key, path in datasets.CONFIG_PATHS.items():
+        value = given[key] or get_path(config, path)
+        if value is MISSING or value is None:
+            continue
+        where = datasets.FLAGS[key] if given[key] else path
+        refs[key] = str(datasets.parse_ref(str(value), where))
+    if "train_data" in refs and "validation_data" not in refs and opts.validation_data:
+        refs["validation_data"] = refs["train_data"]
+    return refs
+
+
+def dataset_input(flag: str, value: str | None, ref: str) -> InputRef:
+    """``--train-data`` inside a dataset (the whole dataset when not given)."""
+    if not value:
+        return InputRef(kind=InputKind.DATASET, value=".", dataset=ref)
+    packer.check_data_format(flag, value)
+    try:
+        check_relpath(value)
+    except ValueError:
+        raise UsageError(
+            f"{flag} {value}: with a dataset, give a path inside it (e.g. train.jsonl)",
+            hint=f"`sf dataset show {ref}` lists its files",
+        ) from None
+    return InputRef(kind=InputKind.DATASET, value=value, dataset=ref)
 
 
 def _upgrade(lab: Lab, name: str, framework_version: str | None) -> str:
@@ -135,7 +184,7 @@ def prepare(opts: SubmitOptions) -> Prepared:
     warnings += validated.warnings
     method = validated.method
     image = check_image(opts.image) if opts.image else ""
-    inputs, input_files = _inputs(lab.root, opts)
+    inputs, input_files = _inputs(lab.root, opts, dataset_refs(opts, validated.run_config))
     state = git.read_state(lab.root, [exp.relpath, *packer.SHARED_DIRS])
     git.require_clean(state, allow_dirty=opts.allow_dirty)
     warnings += [

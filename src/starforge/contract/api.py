@@ -142,6 +142,8 @@ class RunView(Contract):
     pending: PendingView | None = None  # queued runs only: why it waits
     # Placed by StarForge, waiting in the executor (Slurm's pending reason, e.g. "Resources").
     executor_pending: str = ""
+    # The platform datasets the run reads, as admission resolved them: input -> OWNER/NAME@VERSION.
+    datasets: dict[str, str] = Field(default_factory=dict)
 
 
 class RunList(Contract):

@@ -147,11 +147,14 @@ class InputKind(StrEnum):
     HUB = "hub"  # a Hugging Face hub id, resolved inside the job
     PACKAGE = "package"  # a lab-relative path whose files travel in the manifest
     SHARED = "shared"  # an absolute path on the shared storage, used in place
+    DATASET = "dataset"  # a path inside a platform dataset (``dataset``: OWNER/NAME[@VERSION])
 
 
 class InputRef(Contract):
     kind: InputKind
     value: str = Field(max_length=4096)
+    # For kind ``dataset``: the reference as given (absent from the wire for other kinds).
+    dataset: str = Field(default="", max_length=400, exclude_if=lambda v: v == "")
 
     @field_validator("value")
     @classmethod

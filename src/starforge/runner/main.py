@@ -30,12 +30,13 @@ from typing import IO, Any
 from starforge.catalog.adapters import CompileContext, LaunchPlan, compile_plan
 from starforge.catalog.adapters.base import run_config
 from starforge.catalog.loader import get_method
+from starforge.contract.datasets import RESOLVED_KEY, resolved_of
 from starforge.contract.env import Binding, job_env
 from starforge.contract.errors import RunnerError, StarForgeError
 from starforge.contract.jobspec import JobSpec, Manifest
 from starforge.contract.layout import UNPACKED_MARKER, RunLayout
 from starforge.contract.states import EndReason
-from starforge.runner import container, jobuser, slurm
+from starforge.runner import container, datasets, jobuser, slurm
 from starforge.runner.preflight import check_packages
 from starforge.runner.report import Reporter, write_exit_record, write_runner_record
 from starforge.runner.unpack import manifest_digest, unpack
@@ -55,6 +56,7 @@ class Runner:
         self._program = ""  # what the container starts first (its absence: a startup failure)
         self.terminating = False
         self._say_lock = threading.Lock()
+        self.dataset_env: dict[str, str] = {}  # <NAME>_DATA_DIR of the run's datasets
 
     def say(self, message: str) -> None:
         stamp = time.strftime("%H:%M:%S")
@@ -106,6 +108,21 @@ class Runner:
             time.sleep(0.2)
         raise RunnerError("node 0 did not unpack the package in time")
 
+    def _fetch_datasets(self, spec: JobSpec) -> JobSpec:
+        """Pull the run's datasets into the node's cache; the inputs then point into it."""
+        resolved = resolved_of(self.config)
+        if self.config is not None:
+            self.config.pop(RESOLVED_KEY, None)  # the platform's record, not a trainer argument
+        if not resolved:
+            return spec
+        inputs = {key: getattr(spec.inputs, key) for key in resolved}
+        refs, self.dataset_env, said = datasets.prepare(
+            Path(self.binding.storage_root), resolved, inputs
+        )
+        for line in said:
+            self.say(line)
+        return spec.model_copy(update={"inputs": spec.inputs.model_copy(update=refs)})
+
     def _compile(self, spec: JobSpec) -> LaunchPlan:
         """Preflight the runtime, compile the method's launch plan, write the files it needs."""
         b = self.binding
@@ -120,7 +137,7 @@ class Runner:
             return path.read_text() if path.is_file() else None
 
         Path(b.out_dir).mkdir(parents=True, exist_ok=True)
-        env = {**self._base_env(), **job_env(spec, b)}
+        env = {**self._base_env(), **job_env(spec, b), **self.dataset_env}
         plan = compile_plan(
             CompileContext(
                 spec=spec,
@@ -175,6 +192,7 @@ class Runner:
         try:
             spec, manifest = self._load()
             self._prepare_work_dir(manifest)
+            spec = self._fetch_datasets(spec)
             plan = self._compile(spec)
             as_user = self._hand_over(plan)
         except (StarForgeError, OSError, ValueError) as exc:

@@ -27,6 +27,7 @@ from starforge.server.api import (
     blobs,
     bodies,
     cluster,
+    datasets,
     deps,
     errors,
     images,
@@ -125,6 +126,7 @@ def create_app(
     app.include_router(cluster.router, prefix=API_PREFIX, dependencies=gate)
     app.include_router(auth.router, prefix=API_PREFIX, dependencies=gate)
     app.include_router(images.router, prefix=API_PREFIX, dependencies=gate)
+    app.include_router(datasets.router, prefix=API_PREFIX, dependencies=gate)
     console.install(app)
     install_openapi(app)
     return app

@@ -3,7 +3,7 @@ declarative metadata (the core tables, quotas, metrics), as the migrations creat
 
 from __future__ import annotations
 
-from starforge.server.db import blobs, images, metrics, models, resources
+from starforge.server.db import blobs, datasets, images, metrics, models, resources
 
 Base = models.Base
-__all__ = ["Base", "blobs", "images", "metrics", "models", "resources"]
+__all__ = ["Base", "blobs", "datasets", "images", "metrics", "models", "resources"]

@@ -214,13 +214,15 @@ def admit(
     shared_roots: list[Path] | None = None,
     executor_check: Callable[[list[Pool]], None] | None = None,
     image_check: Callable[[JobSpec, Method], AdmittedImage] | None = None,
+    dataset_check: Callable[[JobSpec, dict[str, Any]], dict[str, Any]] | None = None,
 ) -> Admitted:
     """Check a submission end to end; raise the first problem found.
 
     ``executor_check`` rejects pools the executor can never place (Slurm: a series without a
     partition), before the fit check so the rejection names the setting to change.
     ``image_check`` (``services.images.admit_image``) resolves, allows and pins the run's image;
-    it runs last, as it may ask a registry over the network."""
+    it runs last, as it may ask a registry over the network. ``dataset_check``
+    (``services.datasets.admit``) resolves the dataset inputs and records them in the config."""
     # The packer's sensitive-file policy again, whichever client wrote the manifest.
     sensitive.refuse_manifest(manifest, read_head=lambda digest: _blob_head(storage, digest))
     method, warnings = check_catalog(spec)
@@ -235,6 +237,8 @@ def admit(
     check_input_locations(spec, manifest, shared_roots)
     check_blobs(manifest, storage)
     config = compose_config(spec, method, manifest, storage)
+    if dataset_check is not None:  # services.datasets.admit: resolve, record, strip the refs
+        config = dataset_check(spec, config)
     check_observability(spec, method, config)
     run_checks(CheckContext(method, config, pools))
     if spec.provenance.git_dirty:

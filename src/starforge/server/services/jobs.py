@@ -26,6 +26,7 @@ from starforge.contract.api import (
     SubmitRequest,
     SubmitResponse,
 )
+from starforge.contract.datasets import resolved_of
 from starforge.contract.errors import AmbiguousRun, IdempotencyConflict, RunNotFound
 from starforge.contract.jobspec import JobSpec
 from starforge.contract.names import new_run_id
@@ -34,7 +35,16 @@ from starforge.server import statemachine
 from starforge.server.db.models import Attempt, Run
 from starforge.server.executors.base import SupportsCheckPools, SupportsPendingReason
 from starforge.server.runtime import Runtime
-from starforge.server.services import admission, blobs, images, lifecycle, queue, quotas, users
+from starforge.server.services import (
+    admission,
+    blobs,
+    datasets,
+    images,
+    lifecycle,
+    queue,
+    quotas,
+    users,
+)
 
 log = logging.getLogger(__name__)
 MAX_CANDIDATES = 8
@@ -143,6 +153,7 @@ def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
             rt.executor.check_pools if isinstance(rt.executor, SupportsCheckPools) else None
         ),
         image_check=image_check,
+        dataset_check=functools.partial(datasets.admit, rt, user),
     )
     blobs.require_owned(rt, user, req.manifest.digests())  # never another user's uploads
     run = _new_run(user, req, admitted)
@@ -255,6 +266,7 @@ def view(rt: Runtime, run: Run, *, full: bool = True) -> RunView:
         auto_retries=run.auto_retries or 0,
         max_retries=lifecycle.retry_limit(run),
         executor_pending=_executor_pending(rt, run),
+        datasets={key: r.ref for key, r in resolved_of(run.config).items()},
     )
 
 
