@@ -169,9 +169,12 @@ def push(
     Example: sf dataset push gsm8k-zh v2 data/gsm8k-zh --readme data/gsm8k-zh.md
     """
     from starforge.cli.connect import connect
+    from starforge.contract.datasets import parse_ref
     from starforge.contract.errors import InputNotFound
 
     out.set_json(json_out)
+    parse_ref(f"you/{name}@{version}", "sf dataset push")  # malformed: exit 2, no server asked
+    scan(folder)  # an empty folder or a secret in it: refused before any server is asked
     card = ""
     if readme is not None:
         try:
