@@ -27,12 +27,14 @@ def _blob(root: Path, data: bytes) -> str:
     return digest
 
 
-def stored(root: Path, files: dict[str, bytes] = FILES, name: str = "gsm8k-zh") -> Resolved:
+def stored(
+    root: Path, files: dict[str, bytes] = FILES, name: str = "gsm8k-zh", version: str = "v2"
+) -> Resolved:
     """A dataset version in the blob store, as admission records it for a run."""
     entries = [FileEntry(path=p, sha256=_blob(root, d), size=len(d)) for p, d in files.items()]
     digest = _blob(root, manifest_bytes(entries))
     return Resolved(
-        owner="alice", name=name, version="v2", path="train.jsonl", manifest_sha256=digest
+        owner="alice", name=name, version=version, path="train.jsonl", manifest_sha256=digest
     )
 
 
@@ -50,8 +52,8 @@ def test_two_runs_starting_together_fetch_the_dataset_once(tmp_path: Path) -> No
     folder = datasets.cache_dir(tmp_path, r)
     assert folder == tmp_path / "cache" / "datasets" / "alice" / "gsm8k-zh" / "v2"
     assert {p: (folder / p).read_bytes() for p in FILES} == FILES
-    leftovers = [p.name for p in folder.parent.iterdir() if p.name not in {"v2", "v2.lock"}]
-    assert leftovers == []  # no staging folder left behind
+    names = sorted(p.name for p in folder.parent.iterdir())
+    assert names == ["v2", "v2.lock", "v2.use"]  # no staging folder left behind
     assert datasets.ensure(tmp_path, r) == (folder, False)
 
 
@@ -79,7 +81,8 @@ def test_a_corrupt_blob_fails_the_fetch_and_leaves_no_entry(tmp_path: Path) -> N
     with pytest.raises(RunnerError, match="corrupt"):
         datasets.ensure(tmp_path, r)
     assert not datasets.cache_dir(tmp_path, r).exists()
-    assert [p.name for p in datasets.cache_dir(tmp_path, r).parent.iterdir()] == ["v2.lock"]
+    names = sorted(p.name for p in datasets.cache_dir(tmp_path, r).parent.iterdir())
+    assert names == ["v2.lock", "v2.use"]
 
 
 def test_the_job_gets_paths_inside_the_cache_and_its_data_dir_variable(tmp_path: Path) -> None:
@@ -101,3 +104,26 @@ def test_a_recorded_path_outside_the_dataset_is_refused(tmp_path: Path) -> None:
     given = InputRef(kind=InputKind.DATASET, value="x", dataset="alice/gsm8k-zh")
     with pytest.raises(ValueError, match="normalised relative path"):
         datasets.prepare(tmp_path, {"train_data": r}, {"train_data": given})
+
+
+def test_the_least_recently_used_versions_nobody_uses_are_evicted_to_fit_the_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old, mid, new = (
+        stored(tmp_path, {"train.jsonl": bytes([i]) * 1000}, version=v)
+        for i, v in enumerate(("v1", "v2", "v3"))
+    )
+    first, _ = datasets.ensure(tmp_path, old)
+    second, _ = datasets.ensure(tmp_path, mid)
+    in_use = datasets.hold(first)  # a running run reads v1, the least recently used
+    third, _ = datasets.ensure(tmp_path, new)
+    assert datasets.evict(tmp_path, 2000, keep={third}) == [second]
+    assert first.is_dir() and third.is_dir() and not second.exists()
+    in_use.close()  # that run ended
+    assert datasets.evict(tmp_path, 1000, keep={third}) == [first]
+
+    monkeypatch.setenv(datasets.LIMIT_ENV, "1000")  # the runner's own path: fetch, then evict
+    given = InputRef(kind=InputKind.DATASET, value="train.jsonl", dataset="alice/gsm8k-zh@v1")
+    _, _, said = datasets.prepare(tmp_path, {"train_data": old}, {"train_data": given})
+    assert said[-1].startswith(f"evicted the unused cached dataset {third}")
+    assert first.is_dir() and not third.exists()

@@ -121,6 +121,10 @@ class Runner:
         )
         for line in said:
             self.say(line)
+        # Inside an image, the cached versions are mounted read-only at the same paths.
+        given = self.binding.extra_env.get(container.MOUNTS_ENV, "")
+        mounts = [m for m in given.split(",") if m.strip()] + list(self.dataset_env.values())
+        self.binding.extra_env[container.MOUNTS_ENV] = ",".join(mounts)
         return spec.model_copy(update={"inputs": spec.inputs.model_copy(update=refs)})
 
     def _compile(self, spec: JobSpec) -> LaunchPlan:
