@@ -177,3 +177,10 @@ def test_a_malformed_reference_in_the_config_or_a_flag_is_a_usage_error(
         prepare(_opts(lab, train_data="t.jsonl", validation_data="v.jsonl", train_dataset="a/b@"))
     with pytest.raises(UsageError, match="a path inside it"):
         prepare(_opts(lab, train_data="../t.jsonl", validation_data="v.jsonl", train_dataset="a/b"))
+
+
+def test_an_output_dataset_needs_a_version(new_lab: Callable[..., Lab]) -> None:
+    lab = _grpo_lab(new_lab)
+    with pytest.raises(UsageError, match="name the version to publish") as err:
+        prepare(_opts(lab, train_data="t.jsonl", train_dataset="a/b", output_dataset="me/out"))
+    assert err.value.exit_code == 2

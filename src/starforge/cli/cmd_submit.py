@@ -127,6 +127,13 @@ def submit(
             help="Platform dataset for --validation-data (default: the training dataset).",
         ),
     ] = None,
+    output_dataset: Annotated[
+        str | None,
+        Flag(
+            "--output-dataset",
+            help="On success, publish the run's $FORGE_DATASET_OUT_DIR as OWNER/NAME@VERSION.",
+        ),
+    ] = None,
 ) -> None:
     """Submit an experiment as a run.
 
@@ -163,6 +170,7 @@ def submit(
         max_retries=max_retries,
         train_dataset=train_dataset,
         validation_dataset=validation_dataset,
+        output_dataset=output_dataset,
     )
     prepared = submit_flow.prepare(opts)
     for warning in prepared.warnings:

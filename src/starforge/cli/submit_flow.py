@@ -65,6 +65,7 @@ class SubmitOptions:
     max_retries: int | None = None  # automatic requeues after a lost node (None: method default)
     train_dataset: str | None = None  # OWNER/NAME[@VERSION]; overrides data.train.dataset
     validation_dataset: str | None = None  # overrides data.validation.dataset
+    output_dataset: str | None = None  # OWNER/NAME@VERSION to publish FORGE_DATASET_OUT_DIR as
 
 
 @dataclass
@@ -137,6 +138,19 @@ def dataset_refs(opts: SubmitOptions, config: dict[str, Any]) -> dict[str, str]:
     if "train_data" in refs and "validation_data" not in refs and opts.validation_data:
         refs["validation_data"] = refs["train_data"]
     return refs
+
+
+def output_dataset_ref(value: str | None) -> str:
+    """``--output-dataset`` checked: a full ``OWNER/NAME@VERSION`` (exit 2 otherwise)."""
+    if not value:
+        return ""
+    ref = datasets.parse_ref(value, "--output-dataset")
+    if not ref.version:
+        raise UsageError(
+            f"--output-dataset {value}: name the version to publish",
+            hint=f"e.g. --output-dataset {ref}@v1",
+        )
+    return str(ref)
 
 
 def dataset_input(flag: str, value: str | None, ref: str) -> InputRef:
@@ -212,6 +226,7 @@ def prepare(opts: SubmitOptions) -> Prepared:
             client_version=__version__,
         ),
         observability_url=opts.observability_url or "",
+        output_dataset=output_dataset_ref(opts.output_dataset),
     )
     check_submission(
         spec,

@@ -35,6 +35,7 @@ FLAGS: dict[str, str] = {
 }
 MAX_README_CHARS = 64 * 1024
 CACHE_MARKER = ".starforge-dataset.json"
+OUTPUT_SUBDIR = "dataset"  # FORGE_DATASET_OUT_DIR of a run with --output-dataset, under its out dir
 
 
 class DatasetRef(Contract):

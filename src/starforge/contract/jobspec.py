@@ -208,6 +208,9 @@ class JobSpec(Contract):
     # Where the run's curves live for an ``external``-observability method (e.g. a W&B project);
     # empty for ``platform`` methods, whose curves the control plane keeps itself.
     observability_url: str = Field(default="", max_length=2048)
+    # ``OWNER/NAME@VERSION`` to publish the run's ``FORGE_DATASET_OUT_DIR`` as, once it succeeds
+    # (absent from the wire when not asked for).
+    output_dataset: str = Field(default="", max_length=400, exclude_if=lambda v: v == "")
 
     @field_validator("hyperparams")
     @classmethod

@@ -30,7 +30,7 @@ from typing import IO, Any
 from starforge.catalog.adapters import CompileContext, LaunchPlan, compile_plan
 from starforge.catalog.adapters.base import run_config
 from starforge.catalog.loader import get_method
-from starforge.contract.datasets import RESOLVED_KEY, resolved_of
+from starforge.contract.datasets import OUTPUT_SUBDIR, RESOLVED_KEY, resolved_of
 from starforge.contract.env import Binding, job_env
 from starforge.contract.errors import RunnerError, StarForgeError
 from starforge.contract.jobspec import JobSpec, Manifest
@@ -113,17 +113,20 @@ class Runner:
         resolved = resolved_of(self.config)
         if self.config is not None:
             self.config.pop(RESOLVED_KEY, None)  # the platform's record, not a trainer argument
+        if spec.output_dataset:  # what the server publishes as that version once the run succeeds
+            out = Path(self.binding.out_dir) / OUTPUT_SUBDIR
+            out.mkdir(parents=True, exist_ok=True)
+            self.dataset_env = {**self.dataset_env, "FORGE_DATASET_OUT_DIR": str(out)}
         if not resolved:
             return spec
         inputs = {key: getattr(spec.inputs, key) for key in resolved}
-        refs, self.dataset_env, said = datasets.prepare(
-            Path(self.binding.storage_root), resolved, inputs
-        )
+        refs, found, said = datasets.prepare(Path(self.binding.storage_root), resolved, inputs)
+        self.dataset_env = {**self.dataset_env, **found}
         for line in said:
             self.say(line)
         # Inside an image, the cached versions are mounted read-only at the same paths.
         given = self.binding.extra_env.get(container.MOUNTS_ENV, "")
-        mounts = [m for m in given.split(",") if m.strip()] + list(self.dataset_env.values())
+        mounts = [m for m in given.split(",") if m.strip()] + list(found.values())
         self.binding.extra_env[container.MOUNTS_ENV] = ",".join(mounts)
         return spec.model_copy(update={"inputs": spec.inputs.model_copy(update=refs)})
 

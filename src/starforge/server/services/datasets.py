@@ -12,7 +12,13 @@ that it exists.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import hashlib
+import logging
+import threading
+import time
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import or_, select
@@ -22,6 +28,7 @@ from sqlalchemy.orm import Session
 from starforge.contract import sensitive
 from starforge.contract.datasets import (
     FLAGS,
+    OUTPUT_SUBDIR,
     RESOLVED_KEY,
     DatasetList,
     DatasetPush,
@@ -41,10 +48,14 @@ from starforge.contract.errors import (
     UsageError,
 )
 from starforge.contract.jobspec import FileEntry, InputKind, JobSpec, Manifest
+from starforge.contract.states import JobStatus
 from starforge.contract.submission import INPUT_FLAGS
 from starforge.server.db.datasets import Dataset, DatasetVersion
+from starforge.server.db.models import Run
 from starforge.server.runtime import Runtime
 from starforge.server.services import blobs
+
+log = logging.getLogger(__name__)
 
 
 def _not_found(ref: str) -> DatasetNotFound:
@@ -245,7 +256,105 @@ def admit(rt: Runtime, user: str, spec: JobSpec, config: dict[str, Any]) -> dict
                 path=ref.value,
                 manifest_sha256=row.manifest_sha256,
             ).model_dump(mode="json")
+    if spec.output_dataset:
+        check_output(rt, user, spec.output_dataset)
     config = strip_refs(config)
     if resolved:
         config[RESOLVED_KEY] = resolved
     return config
+
+
+# ---- --output-dataset -------------------------------------------------------------------------
+
+_CHUNK = 1 << 20
+
+
+def check_output(rt: Runtime, user: str, value: str) -> DatasetRef:
+    """``--output-dataset``: the caller's own namespace, a version that does not exist yet."""
+    ref = parse_ref(value, "--output-dataset")
+    if ref.owner != str(user) or not ref.version:
+        raise Rejected(
+            f"--output-dataset {value}: a run publishes only into your own datasets, "
+            "with a version",
+            hint=f"e.g. --output-dataset {user}/{ref.name}@v1",
+            details={"dataset": value},
+        )
+    with rt.transaction() as session:
+        if session.get(DatasetVersion, (ref.owner, ref.name, ref.version)) is not None:
+            raise DatasetVersionExists(
+                f"--output-dataset {value}: that version exists; a version never changes",
+                hint="name a new version",
+                details={"dataset": value},
+            )
+    return ref
+
+
+def _store_file(rt: Runtime, user: str, path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+    name = digest.hexdigest()
+    if not rt.storage.has(name):
+        writer = rt.storage.blob_writer(name)
+        try:
+            with path.open("rb") as fh:
+                while chunk := fh.read(_CHUNK):
+                    writer.write(chunk)
+        except BaseException:
+            writer.abort()
+            raise
+        writer.commit()
+    blobs.record(rt, user, name)
+    return name
+
+
+def publish_output(rt: Runtime, run_id: str) -> DatasetPushResult | None:
+    """Publish a succeeded run's ``FORGE_DATASET_OUT_DIR`` as its ``--output-dataset`` (None when
+    the run asked for none, or has not succeeded). Its owner's push, with the same checks."""
+    with rt.transaction() as session:
+        run = session.get(Run, run_id)
+        if run is None or run.status != JobStatus.SUCCEEDED:
+            return None
+        spec = JobSpec.read(run.spec)
+        user = run.user
+        folder = rt.storage.run_dir(run.user, run.project, run.experiment, run.id) / "out"
+    if not spec.output_dataset:
+        return None
+    ref = parse_ref(spec.output_dataset, "--output-dataset")
+    folder = folder / OUTPUT_SUBDIR
+    files = []
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()):
+        digest = _store_file(rt, user, path)
+        rel = path.relative_to(folder).as_posix()
+        files.append(FileEntry(path=rel, sha256=digest, size=path.stat().st_size))
+    body = DatasetPush(name=ref.name, version=ref.version, files=files)
+    return push(rt, user, body)
+
+
+def publish_after(rt: Runtime, run_id: str) -> None:
+    """:func:`publish_output` in the background (hashing the output must not hold up the
+    runner's report); what happened is appended to the run's log."""
+    threading.Thread(
+        target=_publish_and_say, args=(rt, run_id), name="publish-dataset", daemon=True
+    ).start()
+
+
+def _publish_and_say(rt: Runtime, run_id: str) -> None:
+    try:
+        done = publish_output(rt, run_id)
+        line = f"published {done.ref} ({done.version.file_count} file(s))" if done else ""
+    except Exception as exc:  # a refusal (empty, a secret, ...) is the run's news, not a crash
+        line = f"could not publish --output-dataset: {getattr(exc, 'message', exc)}"
+        log.warning("run %s: %s", run_id, line)
+    if not line:
+        return
+    with rt.transaction() as session:
+        run = session.get(Run, run_id)
+        if run is None:
+            return
+        run_dir = rt.storage.run_dir(run.user, run.project, run.experiment, run.id)
+        path = rt.storage.log_path(run_dir, run.current_attempt)
+    stamp = time.strftime("%H:%M:%S")
+    with contextlib.suppress(OSError), path.open("a", encoding="utf-8") as fh:
+        fh.write(f"[starforge {stamp}] {line}\n")
