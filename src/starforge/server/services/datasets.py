@@ -71,10 +71,11 @@ def _visible(user: str) -> Any:
     return or_(Dataset.owner == str(user), Dataset.public.is_(True))
 
 
-def _dataset(session: Session, user: str, owner: str, name: str) -> Dataset:
+def _dataset(session: Session, user: str, owner: str, name: str, shown: str = "") -> Dataset:
+    """``OWNER/NAME`` if ``user`` may read it; else not found (``shown``: the ref as asked)."""
     row = session.get(Dataset, (owner, name))
     if row is None or not (row.public or row.owner == str(user)):
-        raise _not_found(f"{owner}/{name}")
+        raise _not_found(shown or f"{owner}/{name}")
     return row
 
 
@@ -186,7 +187,7 @@ def list_versions(rt: Runtime, user: str, ref: str | None = None) -> DatasetList
 
 def _version(session: Session, user: str, ref: DatasetRef) -> tuple[DatasetVersion, Dataset]:
     """The version ``ref`` names (the latest when it names none) that ``user`` may read."""
-    dataset = _dataset(session, user, ref.owner, ref.name)
+    dataset = _dataset(session, user, ref.owner, ref.name, str(ref))
     query = select(DatasetVersion).where(
         DatasetVersion.owner == ref.owner, DatasetVersion.name == ref.name
     )
