@@ -119,6 +119,9 @@ def test_a_file_not_in_the_dataset_is_refused_with_the_closest_names(rt: Runtime
         submit(rt, "alice", inputs=_dataset_inputs("alice/prompts@v1", "trian.jsonl"))
     assert err.value.details["closest"][0] == "train.jsonl"
     assert err.value.exit_code == 2
+    for outside in ("../train.jsonl", "/etc/passwd", "./train.jsonl"):
+        with pytest.raises(Rejected, match="relative path"):
+            submit(rt, "alice", inputs=_dataset_inputs("alice/prompts@v1", outside))
 
 
 def test_an_unknown_dataset_or_version_is_refused_at_admission(rt: Runtime) -> None:

@@ -47,7 +47,7 @@ from starforge.contract.errors import (
     Rejected,
     UsageError,
 )
-from starforge.contract.jobspec import FileEntry, InputKind, JobSpec, Manifest
+from starforge.contract.jobspec import FileEntry, InputKind, JobSpec, Manifest, check_relpath
 from starforge.contract.states import JobStatus
 from starforge.contract.submission import INPUT_FLAGS
 from starforge.server.db.datasets import Dataset, DatasetVersion
@@ -224,12 +224,20 @@ def set_visibility(rt: Runtime, user: str, owner: str, name: str, public: bool) 
 def _check_path(row: DatasetVersion, input_name: str, path: str) -> None:
     if path == ".":
         return
+    ref = f"{row.owner}/{row.name}@{row.version}"
+    try:
+        check_relpath(path)
+    except ValueError as exc:
+        raise Rejected(
+            f"{INPUT_FLAGS[input_name]} {path}: {exc}",
+            hint=f"give a path inside the dataset; `sf dataset show {ref}` lists its files",
+            details={"input": input_name, "path": path, "dataset": ref},
+        ) from None
     names = [str(f["path"]) for f in row.files]
     prefix = path.rstrip("/") + "/"
     if path in names or any(n.startswith(prefix) for n in names):
         return
     close = difflib.get_close_matches(path, names, n=3, cutoff=0.4)
-    ref = f"{row.owner}/{row.name}@{row.version}"
     raise Rejected(
         f"{INPUT_FLAGS[input_name]} {path}: no such file in dataset {ref}",
         hint=(f"did you mean {', '.join(close)}? " if close else "")
