@@ -24,13 +24,14 @@ from fastapi.testclient import TestClient
 
 from starforge.contract.api import API_PREFIX
 from starforge.contract.auth import Role
+from starforge.contract.datasets import DatasetPush
 from starforge.contract.states import JobStatus
 from starforge.server.api.authz import On, Rule, Who
 from starforge.server.api.deps import UserDep
 from starforge.server.app import create_app
 from starforge.server.db.sweeps import Sweep, SweepRun
 from starforge.server.runtime import Runtime
-from starforge.server.services import blobs, users
+from starforge.server.services import blobs, datasets, users
 from starforge.server.settings import Settings, load_settings
 
 from .factories import INVENTORY, PROFILES, FakeExecutor, insert_run, request, running_run
@@ -162,13 +163,13 @@ def call(client: TestClient, method: str, path: str, cell: Cell, submit: dict[st
     digest = hashlib.sha256(BLOB).hexdigest()
     ref = "default" if path.startswith(f"{API_PREFIX}/tokens/") else cell.run_id
     url = path.format(
-        ref=ref,
-        run_id=cell.run_id,
-        sha256=digest,
-        name=cell.other,
-        framework="trl",
-        sweep_id=sweep_of(cell.run_id),
-    )
+        ref=ref, run_id=cell.run_id, sha256=digest, name=cell.other, framework="trl",
+        sweep_id=sweep_of(cell.run_id), owner=cell.caller, dataset="matrix", version="v1",
+    )  # fmt: skip
+    matrix_dataset = {"name": "matrix", "version": "v1", "files": submit["manifest"]["files"][:1]}
+    if "/datasets/" in path:  # the caller's own dataset, whatever the caller's role
+        rt: Runtime = client.app.state.runtime  # type: ignore[attr-defined]
+        datasets.push(rt, cell.caller, DatasetPush.model_validate(matrix_dataset))
     bodies: dict[str, dict[str, Any]] = {
         "POST /jobs": {**submit, "idempotency_key": f"key-{next(_ids):08d}"},
         "POST /blobs/missing": {"digests": [digest]},
@@ -187,6 +188,8 @@ def call(client: TestClient, method: str, path: str, cell: Cell, submit: dict[st
         "POST /admin/maintenance/drain": {"note": "matrix"},
         "POST /notify/endpoints": {"url": "https://93.184.216.34/hook"},
         "POST /runs/{ref}/export": {"idempotency_key": f"key-{next(_ids):08d}"},
+        "POST /datasets": matrix_dataset,
+        "PUT /datasets/{owner}/{dataset}/visibility": {"public": True},
     }
     key = f"{method} {path.removeprefix(API_PREFIX)}"
     headers = {"Authorization": f"Bearer {cell.token}"} if cell.token else {}

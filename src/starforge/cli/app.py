@@ -8,6 +8,7 @@ from starforge import __version__
 from starforge.cli import (
     cmd_admin,
     cmd_auth,
+    cmd_dataset,
     cmd_demo,
     cmd_eval,
     cmd_export,
@@ -70,6 +71,7 @@ cmd_job.app.command("metrics")(cmd_metrics.metrics)
 cmd_job.app.command("console")(cmd_metrics.console)
 app.add_typer(cmd_job.app, name="job", rich_help_panel="Job")
 app.add_typer(cmd_sweep.app, name="sweep", rich_help_panel="Job")
+app.add_typer(cmd_dataset.app, name="dataset", rich_help_panel="Job")
 app.command("status", rich_help_panel="Job")(cmd_status.status)
 app.add_typer(cmd_server.app, name="server", rich_help_panel="Management")
 app.add_typer(cmd_admin.app, name="admin", rich_help_panel="Management")

@@ -158,6 +158,8 @@ def status(run: RunArg = None, json_out: JsonOpt = False) -> None:
         rows.insert(at, ("steps", _steps(view) + " done"))
     if view.step is not None:
         rows.insert(at, ("step", f"{view.step.action} of run {view.step.root_run_id}"))
+    for key, ref in view.datasets.items():  # the exact versions admission resolved
+        rows.insert([k for k, _ in rows].index("commit"), (key.replace("_", " "), ref))
     for key, value in rows:
         out.line(f"[bold]{key:>10}[/bold]  {value}")
     if view.steps:

@@ -136,6 +136,28 @@ def submit(
             "(repeatable; `sf secret set NAME` first). Only the name travels with the run.",
         ),
     ] = None,
+    train_dataset: Annotated[
+        str | None,
+        Flag(
+            "--train-dataset",
+            help="Platform dataset OWNER/NAME[@VERSION] (overrides data.train.dataset); "
+            "--train-data is then a path inside it.",
+        ),
+    ] = None,
+    validation_dataset: Annotated[
+        str | None,
+        Flag(
+            "--validation-dataset",
+            help="Platform dataset for --validation-data (default: the training dataset).",
+        ),
+    ] = None,
+    output_dataset: Annotated[
+        str | None,
+        Flag(
+            "--output-dataset",
+            help="On success, publish the run's $FORGE_DATASET_OUT_DIR as OWNER/NAME@VERSION.",
+        ),
+    ] = None,
 ) -> None:
     """Submit an experiment as a run.
 
@@ -176,6 +198,9 @@ def submit(
         secrets=secret or [],
         steps=then,
         init_from=init_from,
+        train_dataset=train_dataset,
+        validation_dataset=validation_dataset,
+        output_dataset=output_dataset,
     )
     prepared = submit_flow.prepare(opts)
     for warning in prepared.warnings:

@@ -25,12 +25,21 @@ from starforge.catalog.checks import CheckContext, run_checks
 from starforge.catalog.loader import Method, get_method
 from starforge.client import pending
 from starforge.client.http import Client
-from starforge.contract import lineage, observability
+from starforge.contract import datasets, lineage, observability
 from starforge.contract import profiles as profile_grammar
 from starforge.contract.api import ProfilesResponse, SubmitRequest, SubmitResponse
+from starforge.contract.config import MISSING, get_path
 from starforge.contract.errors import LockError, ServerUnreachable, StarForgeError, UsageError
 from starforge.contract.images import check_image
-from starforge.contract.jobspec import Inputs, JobSpec, Manifest, Provenance
+from starforge.contract.jobspec import (
+    InputKind,
+    InputRef,
+    Inputs,
+    JobSpec,
+    Manifest,
+    Provenance,
+    check_relpath,
+)
 from starforge.contract.profiles import Pool, ProfileRequest
 from starforge.contract.secrets import (
     SecretRequest,
@@ -65,6 +74,9 @@ class SubmitOptions:
     secrets: list[str] = field(default_factory=list)  # --secret NAME: names only, never values
     steps: list[str] = field(default_factory=list)  # --then ACTION, in order
     init_from: str | None = None  # --init-from run/RUN_ID/KIND[@step=N] (contract.lineage)
+    train_dataset: str | None = None  # OWNER/NAME[@VERSION]; overrides data.train.dataset
+    validation_dataset: str | None = None  # overrides data.validation.dataset
+    output_dataset: str | None = None  # OWNER/NAME@VERSION to publish FORGE_DATASET_OUT_DIR as
 
 
 @dataclass
@@ -97,9 +109,12 @@ class Submitted:
     warnings: list[str]
 
 
-def _inputs(root: Path, opts: SubmitOptions) -> tuple[Inputs, list[str]]:
+def _inputs(
+    root: Path, opts: SubmitOptions, datasets: dict[str, str] | None = None
+) -> tuple[Inputs, list[str]]:
     """The given inputs resolved on this machine (their files must exist); which inputs a
-    method requires is checked with the rest of the submission (``check_submission``)."""
+    method requires is checked with the rest of the submission (``check_submission``).
+    An input with a dataset (``datasets``) is a path inside it, checked at admission."""
     given = {
         "model": opts.model,
         "train_data": opts.train_data,
@@ -107,6 +122,9 @@ def _inputs(root: Path, opts: SubmitOptions) -> tuple[Inputs, list[str]]:
     }
     refs, files = {}, []
     for key, value in given.items():
+        if datasets and key in datasets:
+            refs[key] = dataset_input(INPUT_FLAGS[key], value, datasets[key])
+            continue
         if not value:
             continue
         if key != "model":
@@ -115,6 +133,50 @@ def _inputs(root: Path, opts: SubmitOptions) -> tuple[Inputs, list[str]]:
         refs[key] = resolved.ref
         files.extend(resolved.files)
     return Inputs(**refs), files
+
+
+def dataset_refs(opts: SubmitOptions, config: dict[str, Any]) -> dict[str, str]:
+    """Input -> dataset reference: the flag, else the config's ``data.<split>.dataset``; the
+    validation data falls back to the training dataset. Malformed references: exit 2."""
+    given = {"train_data": opts.train_dataset, "validation_data": opts.validation_dataset}
+    refs: dict[str, str] = {}
+    for key, path in datasets.CONFIG_PATHS.items():
+        value = given[key] or get_path(config, path)
+        if value is MISSING or value is None:
+            continue
+        where = datasets.FLAGS[key] if given[key] else path
+        refs[key] = str(datasets.parse_ref(str(value), where))
+    if "train_data" in refs and "validation_data" not in refs and opts.validation_data:
+        refs["validation_data"] = refs["train_data"]
+    return refs
+
+
+def output_dataset_ref(value: str | None) -> str:
+    """``--output-dataset`` checked: a full ``OWNER/NAME@VERSION`` (exit 2 otherwise)."""
+    if not value:
+        return ""
+    ref = datasets.parse_ref(value, "--output-dataset")
+    if not ref.version:
+        raise UsageError(
+            f"--output-dataset {value}: name the version to publish",
+            hint=f"e.g. --output-dataset {ref}@v1",
+        )
+    return str(ref)
+
+
+def dataset_input(flag: str, value: str | None, ref: str) -> InputRef:
+    """``--train-data`` inside a dataset (the whole dataset when not given)."""
+    if not value:
+        return InputRef(kind=InputKind.DATASET, value=".", dataset=ref)
+    packer.check_data_format(flag, value)
+    try:
+        check_relpath(value)
+    except ValueError:
+        raise UsageError(
+            f"{flag} {value}: with a dataset, give a path inside it (e.g. train.jsonl)",
+            hint=f"`sf dataset show {ref}` lists its files",
+        ) from None
+    return InputRef(kind=InputKind.DATASET, value=value, dataset=ref)
 
 
 def _upgrade(lab: Lab, name: str, framework_version: str | None) -> str:
@@ -159,7 +221,7 @@ def prepare(opts: SubmitOptions) -> Prepared:
     method = validated.method
     check_steps(opts.steps, method.actions, method.id)  # before packing: nothing is made
     image = check_image(opts.image) if opts.image else ""
-    inputs, input_files = _inputs(lab.root, opts)
+    inputs, input_files = _inputs(lab.root, opts, dataset_refs(opts, validated.run_config))
     state = git.read_state(lab.root, [exp.relpath, *packer.SHARED_DIRS])
     git.require_clean(state, allow_dirty=opts.allow_dirty)
     warnings += [
@@ -189,6 +251,7 @@ def prepare(opts: SubmitOptions) -> Prepared:
         observability_url=opts.observability_url or "",
         secrets=requested_secrets(validated.run_config, opts.secrets),
         steps=opts.steps,
+        output_dataset=output_dataset_ref(opts.output_dataset),
     )
     if init_from is not None:  # the parent's artifact is the model (resolved by admission)
         spec = spec.model_copy(update={"init_from": init_from})

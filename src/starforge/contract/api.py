@@ -146,6 +146,9 @@ class RunView(Contract):
     steps: list[StepView] = Field(default_factory=list)
     step: StepView | None = None  # a step run: which step of which run it is
 
+    # The platform datasets the run reads, as admission resolved them: input -> OWNER/NAME@VERSION.
+    datasets: dict[str, str] = Field(default_factory=dict)
+
 
 class StepView(Contract):
     """One step of a pipeline (``--then``): its action, place and, once it exists, its run."""

@@ -292,3 +292,21 @@ def from_wire(payload: dict[str, Any], *, status: int = 500) -> StarForgeError:
         cls = UsageError if 400 <= status < 500 else ServerError
     err = cls(message, hint=hint, details=details)
     return err
+
+
+# ---- platform datasets -------------------------------------------------------------------------
+
+
+class DatasetNotFound(NotFound):
+    """An unknown dataset or version, or another user's private one (the same answer)."""
+
+    code = "datasets.not_found"
+    exit_code = 2
+
+
+class DatasetVersionExists(StarForgeError):
+    """A dataset version is immutable: pushing different files under its name is refused."""
+
+    code = "datasets.version_exists"
+    http_status = 409
+    exit_code = 2

@@ -150,11 +150,14 @@ class InputKind(StrEnum):
     HUB = "hub"  # a Hugging Face hub id, resolved inside the job
     PACKAGE = "package"  # a lab-relative path whose files travel in the manifest
     SHARED = "shared"  # an absolute path on the shared storage, used in place
+    DATASET = "dataset"  # a path inside a platform dataset (``dataset``: OWNER/NAME[@VERSION])
 
 
 class InputRef(Contract):
     kind: InputKind
     value: str = Field(max_length=4096)
+    # For kind ``dataset``: the reference as given (absent from the wire for other kinds).
+    dataset: str = Field(default="", max_length=400, exclude_if=lambda v: v == "")
 
     @field_validator("value")
     @classmethod
@@ -232,6 +235,9 @@ class JobSpec(Contract):
     # ``--init-from``: the parent run's artifact this run starts from (``contract.lineage``);
     # admission fills in the resolved path. Absent from the wire when not given.
     init_from: InitFrom | None = Field(default=None, exclude_if=lambda v: v is None)
+    # ``OWNER/NAME@VERSION`` to publish the run's ``FORGE_DATASET_OUT_DIR`` as, once it succeeds
+    # (absent from the wire when not asked for).
+    output_dataset: str = Field(default="", max_length=400, exclude_if=lambda v: v == "")
 
     @field_validator("hyperparams")
     @classmethod

@@ -30,12 +30,13 @@ from typing import IO, Any
 from starforge.catalog.adapters import CompileContext, LaunchPlan, compile_plan
 from starforge.catalog.adapters.base import run_config
 from starforge.catalog.loader import get_method
+from starforge.contract.datasets import OUTPUT_SUBDIR, RESOLVED_KEY, resolved_of
 from starforge.contract.env import Binding, job_env
 from starforge.contract.errors import RunnerError, StarForgeError
 from starforge.contract.jobspec import JobSpec, Manifest
 from starforge.contract.layout import UNPACKED_MARKER, RunLayout
 from starforge.contract.states import EndReason
-from starforge.runner import container, jobuser, slurm
+from starforge.runner import container, datasets, jobuser, slurm
 from starforge.runner import secrets as job_secrets
 from starforge.runner.preflight import check_packages
 from starforge.runner.report import Reporter, write_exit_record, write_runner_record
@@ -58,6 +59,7 @@ class Runner:
         self._say_lock = threading.Lock()
         self.masker: job_secrets.Masker | None = None  # set when the job has secrets to hide
         self._secret_env: set[str] = set()  # names of the secrets passed as variables
+        self.dataset_env: dict[str, str] = {}  # <NAME>_DATA_DIR of the run's datasets
 
     def say(self, message: str) -> None:
         stamp = time.strftime("%H:%M:%S")
@@ -109,6 +111,28 @@ class Runner:
             time.sleep(0.2)
         raise RunnerError("node 0 did not unpack the package in time")
 
+    def _fetch_datasets(self, spec: JobSpec) -> JobSpec:
+        """Pull the run's datasets into the node's cache; the inputs then point into it."""
+        resolved = resolved_of(self.config)
+        if self.config is not None:
+            self.config.pop(RESOLVED_KEY, None)  # the platform's record, not a trainer argument
+        if spec.output_dataset:  # what the server publishes as that version once the run succeeds
+            out = Path(self.binding.out_dir) / OUTPUT_SUBDIR
+            out.mkdir(parents=True, exist_ok=True)
+            self.dataset_env = {**self.dataset_env, "FORGE_DATASET_OUT_DIR": str(out)}
+        if not resolved:
+            return spec
+        inputs = {key: getattr(spec.inputs, key) for key in resolved}
+        refs, found, said = datasets.prepare(Path(self.binding.storage_root), resolved, inputs)
+        self.dataset_env = {**self.dataset_env, **found}
+        for line in said:
+            self.say(line)
+        # Inside an image, the cached versions are mounted read-only at the same paths.
+        given = self.binding.extra_env.get(container.MOUNTS_ENV, "")
+        mounts = [m for m in given.split(",") if m.strip()] + list(found.values())
+        self.binding.extra_env[container.MOUNTS_ENV] = ",".join(mounts)
+        return spec.model_copy(update={"inputs": spec.inputs.model_copy(update=refs)})
+
     def _compile(self, spec: JobSpec) -> LaunchPlan:
         """Preflight the runtime, compile the method's launch plan, write the files it needs."""
         b = self.binding
@@ -123,7 +147,7 @@ class Runner:
             return path.read_text() if path.is_file() else None
 
         Path(b.out_dir).mkdir(parents=True, exist_ok=True)
-        env = {**self._base_env(), **job_env(spec, b)}
+        env = {**self._base_env(), **job_env(spec, b), **self.dataset_env}
         plan = compile_plan(
             CompileContext(
                 spec=spec,
@@ -178,6 +202,7 @@ class Runner:
         try:
             spec, manifest = self._load()
             self._prepare_work_dir(manifest)
+            spec = self._fetch_datasets(spec)
             plan = self._compile(spec)
             as_user = self._hand_over(plan)
             self._take_secrets(spec, plan)

@@ -27,6 +27,7 @@ from starforge.server.api import (
     blobs,
     bodies,
     cluster,
+    datasets,
     deps,
     errors,
     images,
@@ -137,6 +138,7 @@ def create_app(
     app.include_router(sweeps.router, prefix=API_PREFIX, dependencies=gate)
     app.include_router(labops.router, prefix=API_PREFIX, dependencies=gate)
     app.include_router(pipelines.router, prefix=API_PREFIX, dependencies=gate)
+    app.include_router(datasets.router, prefix=API_PREFIX, dependencies=gate)
     console.install(app)
     install_openapi(app)
     return app

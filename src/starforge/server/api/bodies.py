@@ -27,7 +27,12 @@ from starforge.server.settings import Settings
 
 _BLOB = re.compile(rf"^{re.escape(API_PREFIX)}/blobs/[^/]+$")
 _INGEST = re.compile(rf"^{re.escape(API_PREFIX)}/runs/[^/]+/ingest$")
-_MANIFEST_SIZED = {f"{API_PREFIX}/jobs", f"{API_PREFIX}/blobs/missing", f"{API_PREFIX}/sweeps"}
+_MANIFEST_SIZED = {
+    f"{API_PREFIX}/jobs",
+    f"{API_PREFIX}/blobs/missing",
+    f"{API_PREFIX}/sweeps",
+    f"{API_PREFIX}/datasets",
+}
 
 
 def limit_for(settings: Settings, method: str, path: str) -> int:

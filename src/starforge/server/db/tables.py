@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from starforge.server.db import (
     blobs,
+    datasets,
     images,
     labops,
     metrics,
@@ -19,6 +20,7 @@ Base = models.Base
 __all__ = [
     "Base",
     "blobs",
+    "datasets",
     "images",
     "labops",
     "metrics",

@@ -230,6 +230,7 @@ def admit(
     image_check: Callable[[JobSpec, Method], AdmittedImage] | None = None,
     secrets_check: Callable[[JobSpec, dict[str, Any]], list[str]] | None = None,
     init_from_check: Callable[[JobSpec], InitFrom | None] | None = None,
+    dataset_check: Callable[[JobSpec, dict[str, Any]], dict[str, Any]] | None = None,
 ) -> Admitted:
     """Check a submission end to end; raise the first problem found.
 
@@ -238,7 +239,8 @@ def admit(
     ``image_check`` (``services.images.admit_image``) resolves, allows and pins the run's image;
     it runs last, as it may ask a registry over the network. ``secrets_check``
     (``services.secrets.admit_secrets``) rejects a secret the user cannot use and runs the hub
-    preflight of the model."""
+    preflight of the model. ``dataset_check``
+    (``services.datasets.admit``) resolves the dataset inputs and records them in the config."""
     # The packer's sensitive-file policy again, whichever client wrote the manifest.
     sensitive.refuse_manifest(manifest, read_head=lambda digest: _blob_head(storage, digest))
     method, warnings = check_catalog(spec)
@@ -254,6 +256,8 @@ def admit(
     check_input_locations(spec, manifest, shared_roots)
     check_blobs(manifest, storage)
     config = compose_config(spec, method, manifest, storage)
+    if dataset_check is not None:  # services.datasets.admit: resolve, record, strip the refs
+        config = dataset_check(spec, config)
     check_observability(spec, method, config)
     run_checks(CheckContext(method, config, pools))
     gate.check_gate_config(method.id, config)  # a gate on a metric the eval never produces

@@ -27,6 +27,7 @@ from starforge.contract.api import (
     SubmitRequest,
     SubmitResponse,
 )
+from starforge.contract.datasets import resolved_of
 from starforge.contract.errors import AmbiguousRun, IdempotencyConflict, RunNotFound
 from starforge.contract.jobspec import JobSpec
 from starforge.contract.names import new_run_id
@@ -38,6 +39,7 @@ from starforge.server.runtime import Runtime
 from starforge.server.services import (
     admission,
     blobs,
+    datasets,
     images,
     lifecycle,
     pipelines,
@@ -157,6 +159,7 @@ def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
         image_check=image_check,
         secrets_check=functools.partial(secrets.admit_secrets, rt, user),
         init_from_check=functools.partial(run_lineage.resolve, rt, user),
+        dataset_check=functools.partial(datasets.admit, rt, user),
     )
     blobs.require_owned(rt, user, req.manifest.digests())  # never another user's uploads
     run = _new_run(user, req, admitted)
@@ -270,6 +273,7 @@ def view(rt: Runtime, run: Run, *, full: bool = True) -> RunView:
         auto_retries=run.auto_retries or 0,
         max_retries=lifecycle.retry_limit(run),
         executor_pending=_executor_pending(rt, run),
+        datasets={key: r.ref for key, r in resolved_of(run.config).items()},
     )
 
 

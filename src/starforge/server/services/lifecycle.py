@@ -33,7 +33,7 @@ from starforge.server import statemachine
 from starforge.server.db.models import Attempt, Run, utcnow
 from starforge.server.executors.base import SupportsKill
 from starforge.server.runtime import Runtime
-from starforge.server.services import checkpoints
+from starforge.server.services import checkpoints, datasets
 from starforge.server.services.users import token_digest
 
 # Exit codes of a node that was asked to pause: saved and exited 143 (SIGTERM), killed after the
@@ -255,6 +255,8 @@ def handle(rt: Runtime, run_id: str, token: str | None, ev: LifecycleEvent) -> O
         check_run_token(run, token)
         outcome = apply_event(session, run, ev, rt=rt)
     act_on(rt, outcome)
+    if outcome.ended:  # a succeeded run's --output-dataset becomes a dataset version
+        datasets.publish_after(rt, run_id)
     return outcome
 
 

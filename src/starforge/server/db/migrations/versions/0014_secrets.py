@@ -6,7 +6,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0014_secrets"
-down_revision = "0012_images"
+down_revision = "0013_datasets"
 
 
 def upgrade() -> None:

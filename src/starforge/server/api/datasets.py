@@ -1,0 +1,44 @@
+"""Dataset routes: push (commit) a version, list, show, visibility. Thin: see services/datasets."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from starforge.contract.datasets import (
+    DatasetList,
+    DatasetPush,
+    DatasetPushResult,
+    DatasetVersionView,
+    VisibilityUpdate,
+)
+from starforge.server.api.authz import Reader, Submitter
+from starforge.server.api.deps import RuntimeDep
+from starforge.server.services import datasets
+
+router = APIRouter()
+
+
+@router.post("/datasets", response_model=DatasetPushResult)
+def push(body: DatasetPush, rt: RuntimeDep, user: Submitter) -> JSONResponse:
+    result = datasets.push(rt, user, body)
+    return JSONResponse(result.model_dump(mode="json"), status_code=201 if result.created else 200)
+
+
+@router.get("/datasets", response_model=DatasetList)
+def list_datasets(rt: RuntimeDep, user: Reader, ref: str | None = None) -> DatasetList:
+    return datasets.list_versions(rt, user, ref)
+
+
+@router.get("/datasets/{owner}/{dataset}/{version}", response_model=DatasetVersionView)
+def show(
+    owner: str, dataset: str, version: str, rt: RuntimeDep, user: Reader
+) -> DatasetVersionView:
+    return datasets.show(rt, user, f"{owner}/{dataset}@{version}")
+
+
+@router.put("/datasets/{owner}/{dataset}/visibility", response_model=DatasetList)
+def visibility(
+    owner: str, dataset: str, body: VisibilityUpdate, rt: RuntimeDep, user: Submitter
+) -> DatasetList:
+    return datasets.set_visibility(rt, user, owner, dataset, body.public)
