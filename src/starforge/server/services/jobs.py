@@ -12,6 +12,8 @@ from __future__ import annotations
 import functools
 import logging
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from pydantic import ValidationError
@@ -31,6 +33,7 @@ from starforge.contract.jobspec import JobSpec
 from starforge.contract.names import new_run_id
 from starforge.contract.states import EndReason, JobStatus
 from starforge.server import statemachine
+from starforge.server.db.engine import read_only
 from starforge.server.db.models import Attempt, Run
 from starforge.server.executors.base import SupportsCheckPools, SupportsPendingReason
 from starforge.server.runtime import Runtime
@@ -119,8 +122,13 @@ def _new_run(user: str, req: SubmitRequest, admitted: admission.Admitted) -> Run
 
 
 def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
-    """Admit and queue a submission, or return the run an earlier one with its key made."""
-    with rt.transaction() as session:
+    """Admit and queue a submission, or return the run an earlier one with its key made.
+
+    Two transactions: one read (a snapshot that takes no write lock on SQLite) of everything
+    admission needs, and one write that commits the run and answers from the same session. The
+    committed row is the durable record; the run's files are written when it is placed."""
+    digests = req.manifest.digests()
+    with reading(rt) as session:
         existing = _find_by_key(session, user, req.idempotency_key)
         if existing is not None:
             return _replay(session, existing, req)
@@ -131,6 +139,7 @@ def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
             defaults=images.framework_defaults(session),
             entries=images.allowlist(session, rt.settings),
         )
+        have = blobs.owned(session, user, digests)
     admitted = admission.admit(
         req.spec,
         req.manifest,
@@ -144,24 +153,31 @@ def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
         ),
         image_check=image_check,
     )
-    blobs.require_owned(rt, user, req.manifest.digests())  # never another user's uploads
+    if any(d not in have or not rt.storage.has(d) for d in set(digests)):
+        blobs.require_owned(rt, user, digests)  # never another user's uploads: names them
     run = _new_run(user, req, admitted)
     run.priority = limits.priority  # the queue orders by the user's priority at submit
-    # The committed row is the durable record; the run's files are written when it is placed.
     try:
         with rt.transaction() as session:
             statemachine.admit(session, run, reason="waiting for the scheduler", actor=user)
+            session.flush()  # a racing request with the same key fails here, before the answer
+            response = _response(session, run, created=True, warnings=admitted.warnings)
     except IntegrityError:  # the same key committed meanwhile: answer with that run
         with rt.transaction() as session:
             existing = _find_by_key(session, user, req.idempotency_key)
             if existing is None:
                 raise
             return _replay(session, existing, req)
-    rt.wake_scheduler()
-    with rt.transaction() as session:
-        fresh = session.get(Run, run.id)
-        assert fresh is not None
-        return _response(session, fresh, created=True, warnings=admitted.warnings)
+    rt.wake_scheduler()  # after the commit: the pass must see the run
+    return response
+
+
+@contextmanager
+def reading(rt: Runtime) -> Iterator[Session]:
+    """A session inside one read-only transaction (rolled back): a consistent snapshot that
+    never waits for, nor holds back, a writer on SQLite."""
+    with read_only(rt.engine) as conn, Session(bind=conn) as session:
+        yield session
 
 
 # ---- read -------------------------------------------------------------------------------------
