@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib
 import json
 import os
 import runpy
@@ -34,11 +35,35 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-# What a fresh runner would import on its way to ``main``: imported here once, up front.
 import starforge.runner.main  # noqa: F401
-from starforge.catalog.adapters import compile_plan  # noqa: F401
+from starforge.catalog.loader import all_methods
 
 RUNNER_MODULE = "starforge.runner"
+# What a runner imports on its way (some lazily: the HTTP stack, the framework adapters),
+# imported once here so that no child pays for it; a name missing from this install is skipped.
+PRELOAD = (
+    "httpx",
+    "httpcore._sync.connection_pool",
+    "httpcore._backends.sync",
+    "h11",
+    "certifi",
+    "encodings.idna",
+    "starforge.client.http",
+    "starforge.contract.observability",
+    "starforge.catalog.adapters.custom",
+    "starforge.catalog.adapters.nemo_rl",
+    "starforge.catalog.adapters.trl",
+    "starforge.catalog.adapters.verl",
+)
+
+
+def preload() -> None:
+    """Import what runners need and read the catalog (cached: each child inherits it; a fresh
+    runner would read the same files, which change only with the installed package)."""
+    for name in PRELOAD:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    all_methods()
 
 
 def serve(requests: Any, answers: Any, module: str = RUNNER_MODULE) -> None:
@@ -129,6 +154,7 @@ def _run(module: str) -> int:
 
 
 def main(argv: list[str]) -> int:
+    preload()
     serve(sys.stdin, sys.stdout, argv[0] if argv else RUNNER_MODULE)
     return 0
 
