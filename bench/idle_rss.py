@@ -33,8 +33,8 @@ def rss_mb(pid: int) -> float | None:
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return None
-    line = next(x for x in status.splitlines() if x.startswith("VmRSS:"))
-    return round(int(line.split()[1]) / 1024, 1)
+    lines = [x for x in status.splitlines() if x.startswith("VmRSS:")]
+    return round(int(lines[0].split()[1]) / 1024, 1) if lines else None  # None: a zombie
 
 
 def cpu_ticks(pid: int) -> int:
@@ -82,7 +82,7 @@ def main() -> None:
             with srv.client() as c:
                 wait_status(c, post(c, package(c, "true\n"), "h200:1"), {"succeeded", "failed"})
             wait_idle(pid)
-            warm = {p: rss_mb(p) for p in children(pid)}
+            warm = {p: rss_mb(p) for p in children(pid)}  # the warm runner, where there is one
             report["starforge"] = {
                 "server_idle_rss_mb": fresh,
                 "server_idle_rss_after_a_run_mb": rss_mb(pid),
