@@ -122,6 +122,7 @@ def create_app(
             await leader.stop_tasks(tasks)
             rt.unbind_loop()
             rt.engine.dispose()
+            getattr(rt.executor, "close", lambda: None)()  # the local executor's warm runner
 
     app = FastAPI(title="StarForge", version=__version__, lifespan=lifespan)
     errors.install(app)

@@ -93,6 +93,8 @@ class Runtime:
         loop, wake = self._loop, self._wake
         if loop is None or wake is None or loop.is_closed():
             return
+        if wake.is_set():  # a pass is due already: one wake-up serves a whole burst
+            return
         try:
             if loop is _running_loop():
                 wake.set()

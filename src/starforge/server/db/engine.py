@@ -5,7 +5,10 @@ a busy timeout, foreign keys on, and every transaction opened with ``BEGIN IMMED
 read-then-write transactions serialise instead of failing with "database is locked" when one of
 them tries to upgrade its read lock. A connection opened with the execution option
 ``READ_ONLY`` (see :func:`read_only`) begins a deferred transaction instead: a consistent WAL
-snapshot that takes no write lock.
+snapshot that takes no write lock. Writers of one process also queue on an in-process lock
+before ``BEGIN IMMEDIATE`` (:class:`_WriterGate`): SQLite's own busy handler polls with sleeps of
+up to 100 ms, so under a burst of submissions a waiting writer would sleep long after the lock
+came free; the gate hands it over at once. The gate only orders; SQLite's lock stays the guard.
 
 PostgreSQL (``postgresql+psycopg://…``) is the production database: several server processes
 share it, so its pool is larger and checked before use, and row locks (``FOR UPDATE``) are real.
@@ -21,6 +24,7 @@ On PostgreSQL the migration holds an advisory lock, so processes starting togeth
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -47,7 +51,54 @@ class SchemaNewerThanCode(RuntimeError):
     """The database was migrated by a newer StarForge: this code must not serve or change it."""
 
 
+class _WriterGate:
+    """One in-process queue for the write transactions of one SQLite engine.
+
+    Taken just before ``BEGIN IMMEDIATE`` and given back when that transaction's connection
+    commits, rolls back or closes (the dialect's own calls, wrapped). A thread that waits longer
+    than the busy timeout goes on without it (SQLite's lock still serialises): a gate leaked by
+    a lost connection can slow writers down, never stop them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holders: set[int] = set()  # id() of the DBAPI connections inside the gate
+
+    def enter(self, connection: Any) -> None:
+        key = _raw_id(connection)
+        if key in self._holders:
+            return
+        if self._lock.acquire(timeout=BUSY_TIMEOUT_MS / 1000):
+            self._holders.add(key)
+
+    def leave(self, connection: Any) -> None:
+        key = _raw_id(connection)
+        if key in self._holders:
+            self._holders.discard(key)
+            self._lock.release()
+
+    def wrap(self, engine: Engine) -> None:
+        dialect = engine.dialect
+        for name in ("do_commit", "do_rollback", "do_close"):
+            original = getattr(dialect, name)
+
+            def wrapped(dbapi_connection: Any, _original: Any = original) -> None:
+                try:
+                    _original(dbapi_connection)
+                finally:
+                    self.leave(dbapi_connection)
+
+            setattr(dialect, name, wrapped)
+
+
+def _raw_id(connection: Any) -> int:
+    """The id of the sqlite3 connection itself, whether given bare or in the pool's proxy."""
+    return id(getattr(connection, "dbapi_connection", None) or connection)
+
+
 def _tune_sqlite(engine: Engine) -> None:
+    gate = _WriterGate()
+    gate.wrap(engine)
+
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         # Take transaction control away from the sqlite3 module so "begin" below decides.
@@ -61,8 +112,15 @@ def _tune_sqlite(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
-        read_only = conn.get_execution_options().get(READ_ONLY, False)
-        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+        if conn.get_execution_options().get(READ_ONLY, False):
+            conn.exec_driver_sql("BEGIN")
+            return
+        gate.enter(conn.connection)
+        try:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        except BaseException:
+            gate.leave(conn.connection)
+            raise
 
 
 def make_engine(url: str) -> Engine:

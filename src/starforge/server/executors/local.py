@@ -10,21 +10,36 @@ schedules a SIGKILL after the grace period on a timer thread, so it never blocks
 Liveness is the runner's (the group leader's): a runner killed with SIGKILL leaves its training
 running in the group, so a lost runner's group is ``kill``-ed at once. ``adopt`` turns a runner's
 own record (pid, pgid) back into a reference, for a start the server died before recording.
+
+With a runner command of the form ``python -m MODULE`` (the default is ``python -m
+starforge.runner``) a start goes through a warm runner (:mod:`starforge.runner.warm`): one
+long-lived process, started at the first start, with the runner's imports done, that forks each
+runner as a fresh interpreter would start it (its own session, the log as stdout/stderr, the
+server's environment of the moment). The warm process ends when this server does (its stdin
+closes); the runners live on. When it is absent, dead or answers with an error, that start (and
+the next, which starts a new warm process) takes a fresh interpreter, as any other runner
+command always does.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
+import select
 import signal
 import subprocess
 import threading
 from pathlib import Path
+from typing import IO
 
 from starforge.contract.errors import StarForgeError
 
 log = logging.getLogger(__name__)
 PREFIX = "local:"
+WARM_MODULE = "starforge.runner.warm"
+ANSWER_TIMEOUT_S = 120.0  # a fork takes milliseconds; the first answer waits for the imports
 
 
 def parse_ref(ref: str) -> int:
@@ -69,9 +84,15 @@ class LocalExecutor:
         self.command = list(command)
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._lock = threading.Lock()
+        # ``python -m MODULE`` (the default runner's form) can be forked by a warm runner.
+        warm = len(command) == 3 and command[1] == "-m"
+        self._warm = WarmRunner([command[0], "-m", WARM_MODULE, command[2]]) if warm else None
 
     def start(self, binding_path: Path, log_path: Path) -> str:
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        pid = self._warm.start(binding_path, log_path) if self._warm is not None else None
+        if pid is not None:
+            return f"{PREFIX}{pid}"  # the warm process reaps it; liveness comes from /proc
         with open(log_path, "ab") as out:
             proc = subprocess.Popen(
                 [*self.command, str(binding_path)],
@@ -86,6 +107,11 @@ class LocalExecutor:
             self._procs[proc.pid] = proc
         self.reap()
         return f"{PREFIX}{proc.pid}"
+
+    def close(self) -> None:
+        """End the warm runner (the runners it started live on)."""
+        if self._warm is not None:
+            self._warm.close()
 
     def reap(self) -> None:
         """Collect every finished child so none lingers as a zombie."""
@@ -151,3 +177,89 @@ class LocalExecutor:
             log.warning("not allowed to signal process group %s", pgid)
             return False
         return True
+
+
+class WarmRunner:
+    """The client side of :mod:`starforge.runner.warm`: one request line, one answer line."""
+
+    def __init__(self, command: list[str]) -> None:
+        self.command = command
+        self._proc: subprocess.Popen[str] | None = None
+        self._lock = threading.Lock()
+
+    def start(self, binding_path: Path, log_path: Path) -> int | None:
+        """The pid of the runner the warm process forked, or None (start a fresh one)."""
+        request = {"binding": str(binding_path), "log": str(log_path), "env": dict(os.environ)}
+        with self._lock:
+            proc = self._process()
+            if proc is None:
+                return None
+            stdin, stdout = _pipes(proc)
+            try:
+                stdin.write(json.dumps(request) + "\n")
+                stdin.flush()
+            except OSError:  # it had died: it read nothing, so nothing was started
+                self._drop(proc)
+                return None
+            answer = self._answer(proc, stdout)
+            pid = answer.get("pid")
+            if isinstance(pid, int):
+                return pid
+            # It said why it started nothing (its fork failed): this start takes a fresh one.
+            log.warning("the warm runner did not start %s: %s", binding_path, answer.get("error"))
+            self._drop(proc)  # a new one at the next start
+            return None
+
+    def _answer(self, proc: subprocess.Popen[str], stdout: IO[str]) -> dict[str, object]:
+        """Its answer; an error when it went silent after reading the request, since it may
+        have forked the runner then: starting a second one could run the node twice."""
+        ready, _, _ = select.select([stdout], [], [], ANSWER_TIMEOUT_S)
+        line = stdout.readline() if ready else ""
+        try:
+            answer = json.loads(line) if line else None
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            self._drop(proc)
+            raise StarForgeError("the warm runner went away while starting the runner")
+        return answer
+
+    def _process(self) -> subprocess.Popen[str] | None:
+        if self._proc is not None and self._proc.poll() is None:
+            return self._proc
+        try:
+            self._proc = subprocess.Popen(
+                self.command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                start_new_session=True,  # a signal to the server's group is not the runners'
+                close_fds=True,
+            )
+        except OSError:
+            log.warning("could not start the warm runner", exc_info=True)
+            self._proc = None
+        return self._proc
+
+    def _drop(self, proc: subprocess.Popen[str]) -> None:
+        stdin, _ = _pipes(proc)
+        with contextlib.suppress(OSError):
+            stdin.close()  # its end of file: it exits
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if self._proc is proc:
+            self._proc = None
+
+    def close(self) -> None:
+        with self._lock:
+            if self._proc is not None:
+                self._drop(self._proc)
+
+
+def _pipes(proc: subprocess.Popen[str]) -> tuple[IO[str], IO[str]]:
+    assert proc.stdin is not None and proc.stdout is not None
+    return proc.stdin, proc.stdout

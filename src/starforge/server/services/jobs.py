@@ -12,6 +12,9 @@ from __future__ import annotations
 import functools
 import logging
 import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -19,10 +22,12 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
+from starforge.catalog.loader import Method
 from starforge.contract import lineage
 from starforge.contract.api import (
     AttemptView,
     EventView,
+    Quota,
     RunView,
     SubmitRequest,
     SubmitResponse,
@@ -33,6 +38,7 @@ from starforge.contract.jobspec import JobSpec
 from starforge.contract.names import new_run_id
 from starforge.contract.states import EndReason, JobStatus
 from starforge.server import statemachine
+from starforge.server.db.engine import read_only
 from starforge.server.db.models import Attempt, Run
 from starforge.server.executors.base import SupportsCheckPools, SupportsPendingReason
 from starforge.server.runtime import Runtime
@@ -49,6 +55,7 @@ from starforge.server.services import (
     users,
 )
 from starforge.server.services import lineage as run_lineage
+from starforge.server.services.images import AdmittedImage
 
 log = logging.getLogger(__name__)
 MAX_CANDIDATES = 8
@@ -110,6 +117,12 @@ def _replay(session: Session, run: Run, req: SubmitRequest) -> SubmitResponse:
 
 
 def _new_run(user: str, req: SubmitRequest, admitted: admission.Admitted) -> Run:
+    run = _run_row(user, req, admitted)
+    run_lineage.record(run, admitted.init_from)  # where it starts from, kept in its spec
+    return run
+
+
+def _run_row(user: str, req: SubmitRequest, admitted: admission.Admitted) -> Run:
     spec = req.spec
     return Run(
         id=new_run_id(),
@@ -132,54 +145,87 @@ def _new_run(user: str, req: SubmitRequest, admitted: admission.Admitted) -> Run
     )
 
 
-def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
-    """Admit and queue a submission, or return the run an earlier one with its key made."""
-    with rt.transaction() as session:
-        existing = _find_by_key(session, user, req.idempotency_key)
-        if existing is not None:
-            return _replay(session, existing, req)
-        limits, _ = quotas.effective(session, rt.settings, user)
-        image_check = functools.partial(
-            images.admit_image,
-            settings=rt.settings,
-            defaults=images.framework_defaults(session),
-            entries=images.allowlist(session, rt.settings),
-        )
-    admitted = admission.admit(
+@dataclass(frozen=True)
+class AdmissionContext:
+    """What admission reads from the database once per request (a sweep shares one)."""
+
+    limits: Quota
+    image_check: Callable[[JobSpec, Method], AdmittedImage]
+
+
+def admission_context(rt: Runtime, session: Session, user: str) -> AdmissionContext:
+    limits, _ = quotas.effective(session, rt.settings, user)
+    image_check = functools.partial(
+        images.admit_image,
+        settings=rt.settings,
+        defaults=images.framework_defaults(session),
+        entries=images.allowlist(session, rt.settings),
+    )
+    return AdmissionContext(limits, image_check)
+
+
+def admit_request(
+    rt: Runtime, user: str, req: SubmitRequest, context: AdmissionContext
+) -> admission.Admitted:
+    """Every admission check of one submission (``POST /jobs`` and each variant of a sweep)."""
+    return admission.admit(
         req.spec,
         req.manifest,
         profiles=rt.settings.profiles,
         inventory=rt.inventory,
         storage=rt.storage,
-        quota=limits,
+        quota=context.limits,
         shared_roots=rt.settings.shared_roots,
         executor_check=(
             rt.executor.check_pools if isinstance(rt.executor, SupportsCheckPools) else None
         ),
-        image_check=image_check,
+        image_check=context.image_check,
         secrets_check=functools.partial(secrets.admit_secrets, rt, user),
         init_from_check=functools.partial(run_lineage.resolve, rt, user),
         dataset_check=functools.partial(datasets.admit, rt, user),
     )
-    blobs.require_owned(rt, user, req.manifest.digests())  # never another user's uploads
+
+
+def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
+    """Admit and queue a submission, or return the run an earlier one with its key made.
+
+    Two transactions: one read (a snapshot that takes no write lock on SQLite) of everything
+    admission needs, and one write that commits the run and answers from the same session. The
+    committed row is the durable record; the run's files are written when it is placed."""
+    digests = req.manifest.digests()
+    with reading(rt) as session:
+        existing = _find_by_key(session, user, req.idempotency_key)
+        if existing is not None:
+            return _replay(session, existing, req)
+        context = admission_context(rt, session, user)
+        have = blobs.owned(session, user, digests)
+    admitted = admit_request(rt, user, req, context)
+    limits = context.limits
+    if any(d not in have or not rt.storage.has(d) for d in set(digests)):
+        blobs.require_owned(rt, user, digests)  # never another user's uploads: names them
     run = _new_run(user, req, admitted)
     run.priority = limits.priority  # the queue orders by the user's priority at submit
-    run_lineage.record(run, admitted.init_from)  # where it starts from, kept in its spec
-    # The committed row is the durable record; the run's files are written when it is placed.
     try:
         with rt.transaction() as session:
             statemachine.admit(session, run, reason="waiting for the scheduler", actor=user)
+            session.flush()  # a racing request with the same key fails here, before the answer
+            response = _response(session, run, created=True, warnings=admitted.warnings)
     except IntegrityError:  # the same key committed meanwhile: answer with that run
         with rt.transaction() as session:
             existing = _find_by_key(session, user, req.idempotency_key)
             if existing is None:
                 raise
             return _replay(session, existing, req)
-    rt.wake_scheduler()
-    with rt.transaction() as session:
-        fresh = session.get(Run, run.id)
-        assert fresh is not None
-        return _response(session, fresh, created=True, warnings=admitted.warnings)
+    rt.wake_scheduler()  # after the commit: the pass must see the run
+    return response
+
+
+@contextmanager
+def reading(rt: Runtime) -> Iterator[Session]:
+    """A session inside one read-only transaction (rolled back): a consistent snapshot that
+    never waits for, nor holds back, a writer on SQLite."""
+    with read_only(rt.engine) as conn, Session(bind=conn) as session:
+        yield session
 
 
 # ---- read -------------------------------------------------------------------------------------

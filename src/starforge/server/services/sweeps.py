@@ -15,7 +15,6 @@ status`` says why it ended, not merely that it was stopped.
 
 from __future__ import annotations
 
-import functools
 import logging
 import re
 import secrets
@@ -35,9 +34,8 @@ from starforge.server import statemachine
 from starforge.server.db.metrics import MetricPoint
 from starforge.server.db.models import Run
 from starforge.server.db.sweeps import Sweep, SweepRun
-from starforge.server.executors.base import SupportsCheckPools
 from starforge.server.runtime import Runtime
-from starforge.server.services import actions, admission, asha, blobs, images, jobs, quotas, users
+from starforge.server.services import actions, admission, asha, blobs, jobs, quotas, users
 
 log = logging.getLogger(__name__)
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
@@ -71,30 +69,8 @@ def variant_request(req: SweepRequest, sweep_id: str, index: int) -> SubmitReque
 
 def _admit_all(rt: Runtime, user: str, requests: list[SubmitRequest]) -> list[admission.Admitted]:
     with rt.transaction() as session:
-        limits, _ = quotas.effective(session, rt.settings, user)
-        image_check = functools.partial(
-            images.admit_image,
-            settings=rt.settings,
-            defaults=images.framework_defaults(session),
-            entries=images.allowlist(session, rt.settings),
-        )
-    executor_check = (
-        rt.executor.check_pools if isinstance(rt.executor, SupportsCheckPools) else None
-    )
-    admitted = [
-        admission.admit(
-            r.spec,
-            r.manifest,
-            profiles=rt.settings.profiles,
-            inventory=rt.inventory,
-            storage=rt.storage,
-            quota=limits,
-            shared_roots=rt.settings.shared_roots,
-            executor_check=executor_check,
-            image_check=image_check,
-        )
-        for r in requests
-    ]
+        context = jobs.admission_context(rt, session, user)
+    admitted = [jobs.admit_request(rt, user, r, context) for r in requests]
     blobs.require_owned(rt, user, requests[0].manifest.digests())
     return admitted
 

@@ -1,0 +1,163 @@
+"""Admissions per second: StarForge's ``POST /api/v1/jobs`` beside Slurm's held ``sbatch``.
+
+StarForge: one real embedded server (``python -m starforge.server``, virtual inventory, real
+runners). Two blocker runs hold every GPU first, so every submission is admitted and stays
+queued (the scheduler re-plans a growing queue meanwhile); then ``--n`` submissions from one
+client, and ``--n`` more spread over 8 concurrent clients (threads, one HTTP connection each).
+
+The anchor, in the same invocation, on the project's Slurm cluster (``scripts/slurm.sh start``;
+``--slurm`` starts it when it is not running, and stops it again afterwards): ``sbatch --hold``
+of a trivial script, one client and 8 concurrent clients, then ``scancel``. ``slurmrestd`` is
+measured when it is installed (``POST /slurm/v0.0.38/job/submit`` with a held job), else
+reported as absent. The machine's load average is printed with the figures: it is shared.
+
+Usage: .venv/bin/python bench/admissions.py [--n 400] [--slurm]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from resources import INVENTORY, Server, package, post, wait_status
+
+ROOT = Path(__file__).resolve().parents[1]
+CLIENTS = 8
+CONFIG: dict[str, Any] = {"inventory": INVENTORY, "containers": "none"}  # no registry here
+GATED = 'while [[ ! -e "{gates}/$FORGE_RUN_ID" ]]; do sleep 0.05; done\n'
+
+
+def load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def rate(n_per_client: int, clients: int, one: Callable[[int], None]) -> float:
+    """Calls per second of ``one(client_index)``, ``n_per_client`` each from ``clients`` threads."""
+
+    def loop(i: int) -> None:
+        for _ in range(n_per_client):
+            one(i)
+
+    threads = [threading.Thread(target=loop, args=(i,)) for i in range(clients)]
+    began = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return clients * n_per_client / (time.perf_counter() - began)
+
+
+def starforge(root: Path, n: int) -> dict[str, Any]:
+    srv = Server(root / "admit", CONFIG)
+    blockers: list[str] = []
+    try:
+        with srv.client() as c:
+            gated = package(c, GATED.format(gates=srv.gates))
+            blockers = [post(c, gated, "h200:16"), post(c, gated, "h100:2")]
+            for run_id in blockers:
+                wait_status(c, run_id, {"running"}, poll=0.05)
+            trivial = package(c, "true\n")
+        clients = [srv.client() for _ in range(CLIENTS)]
+        try:
+            one = rate(n, 1, lambda i: post(clients[i], trivial, "h200:1"))
+            eight = rate(n // CLIENTS, CLIENTS, lambda i: post(clients[i], trivial, "h200:1"))
+        finally:
+            for c in clients:
+                c.close()
+        with srv.client() as c:
+            queued = c.get("/runs", params={"status": "queued", "limit": 1000}).json()["runs"]
+    finally:
+        srv.stop(blockers)
+    return {
+        "1_client_per_s": round(one, 1),
+        "8_clients_per_s": round(eight, 1),
+        "queued_at_the_end": len(queued),
+        "aim_per_s": 400,
+    }
+
+
+# ---- the anchor: the project's Slurm cluster --------------------------------------------------
+
+
+class Cluster:
+    """The cluster ``scripts/slurm.sh`` runs; started here only when asked and not running."""
+
+    def __init__(self, start: bool) -> None:
+        script = ROOT / "scripts" / "slurm.sh"
+        conf = subprocess.run([script, "env"], capture_output=True, text=True, check=True)
+        self.env = {**os.environ, "SLURM_CONF": conf.stdout.strip().split("=", 1)[1]}
+        self.started = False
+        if shutil.which("sbatch") is None:
+            self.up = False
+            return
+        self.up = subprocess.run([script, "status"], capture_output=True).returncode == 0
+        if not self.up and start:
+            subprocess.run([script, "start"], capture_output=True, check=True)
+            self.up = self.started = True
+        self.script = script
+
+    def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(argv, env=self.env, capture_output=True, text=True, check=check)
+
+    def wait_empty(self) -> None:
+        while self.run("squeue", "-h", "-u", str(os.getuid())).stdout.strip():
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        if self.started:
+            subprocess.run([self.script, "stop"], capture_output=True)
+
+
+def slurm(cluster: Cluster, n: int) -> dict[str, Any]:
+    if not cluster.up:
+        return {"measured": False, "why": "Slurm's cluster is not running (rerun with --slurm)"}
+    hold = ("sbatch", "--hold", "-Q", "-o", "/dev/null", "--wrap", "true")
+    try:
+        one = rate(n, 1, lambda i: cluster.run(*hold) and None)
+        eight = rate(n // CLIENTS, CLIENTS, lambda i: cluster.run(*hold) and None)
+    finally:
+        cluster.run("scancel", "-u", str(os.getuid()), check=False)
+        cluster.wait_empty()
+    rest: dict[str, Any] = {"measured": False, "why": "slurmrestd is not installed here"}
+    if shutil.which("slurmrestd") is not None:
+        rest = {"measured": False, "why": "slurmrestd is installed but not run by this bench"}
+    return {
+        "sbatch_hold_1_client_per_s": round(one, 1),
+        "sbatch_hold_8_clients_per_s": round(eight, 1),
+        "slurmrestd": rest,
+        "version": cluster.run("sinfo", "-V").stdout.strip(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=400, help="submissions per series")
+    parser.add_argument("--slurm", action="store_true", help="start Slurm's cluster if needed")
+    parser.add_argument("--no-slurm", action="store_true", help="StarForge alone")
+    args = parser.parse_args()
+    report: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "load_before": load()}}
+    with tempfile.TemporaryDirectory() as tmp:
+        report["starforge"] = starforge(Path(tmp), args.n)
+    if not args.no_slurm:
+        cluster = Cluster(start=args.slurm)
+        try:
+            report["slurm"] = slurm(cluster, args.n)
+        finally:
+            cluster.close()
+    report["machine"]["load_after"] = load()
+    json.dump(report, sys.stdout, indent=2)
+    print()
+
+
+if __name__ == "__main__":
+    main()
