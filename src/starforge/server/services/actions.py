@@ -34,7 +34,7 @@ from starforge.contract.states import (
 from starforge.server import statemachine
 from starforge.server.db.models import Attempt, Run
 from starforge.server.runtime import Runtime
-from starforge.server.services import checkpoints, jobs
+from starforge.server.services import checkpoints, jobs, lifecycle
 
 S = JobStatus
 
@@ -95,7 +95,7 @@ def stop(rt: Runtime, user: str, ref: str) -> ActionResult:
 
     def decide(session: Session, run: Run) -> tuple[str, list[str]]:
         if S(run.status) in ACTIVE:
-            reason = "stop requested by user"
+            reason = lifecycle.STOP_REQUESTED
             statemachine.transition(session, run, S.STOPPING, reason=reason, actor=user)
             return f"run {run.id} is stopping", live_refs(run.current)
         statemachine.transition(

@@ -108,6 +108,10 @@ def decide(run_status: JobStatus, nodes: Mapping[int, NodeRecord]) -> Decision |
     return _failure(*first_bad)
 
 
+# A user's stop while under way (``actions.stop``); it ends as "stopped by user".
+STOP_REQUESTED = "stop requested by user"
+
+
 @dataclass
 class Outcome:
     """What a caller must do after the transaction that recorded an event committed."""
@@ -191,6 +195,8 @@ def finish_attempt(
     run.exit_code = decision.exit_code
     verdict = judge_retry(rt, run, decision) if rt is not None else None
     reason = decision.reason + (verdict.note if verdict and not verdict.retry else "")
+    if decision.status is JobStatus.STOPPED and run.reason not in ("", STOP_REQUESTED):
+        reason = run.reason  # a stop that said why (a sweep's early stop) keeps saying it
     if rt is not None and decision.status is JobStatus.PAUSED:
         out_dir = rt.storage.run_dir(run.user, run.project, run.experiment, run.id) / "out"
         kept = checkpoints.latest(out_dir)

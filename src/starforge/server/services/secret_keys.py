@@ -120,6 +120,8 @@ def load(server_dir: Path) -> KeyRing:
         return _from_env(env)
     path = key_path(server_dir)
     if not path.exists():
+        # On PostgreSQL nothing else may have made the server folder yet (SQLite's file does).
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         key = new_key()
         try:  # O_EXCL: of two processes creating it at once, one wins and the other reads it
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -324,7 +324,7 @@ def _stop_variant(session: Session, run: Run, sweep_id: str, note: str) -> list[
 
 def early_stop_pass(rt: Runtime) -> int:
     """One ASHA pass over the sweeps with early stopping and an active variant; the number of
-    variants it stopped. A stopped variant's reason is set back to its note once it ended."""
+    variants it stopped. The stop's note stays the run's reason once it ended (lifecycle)."""
     active = [s.value for s in STOPPABLE_BY_SWEEP | {JobStatus.STOPPING}]
     refs: list[str] = []
     stopped = 0
@@ -347,25 +347,9 @@ def early_stop_pass(rt: Runtime) -> int:
             for _, run, note in _judge(session, sweep, rule):
                 refs += _stop_variant(session, run, sweep.id, note)
                 stopped += 1
-        _restore_notes(session)
     for ref in refs:  # after commit: the decision is saved before it is acted on
         rt.executor.stop(ref, rt.settings.stop_grace_s)
     if stopped:
         log.info("early stopping: %d variant(s) stopped", stopped)
         rt.wake_scheduler()
     return stopped
-
-
-def _restore_notes(session: Session) -> None:
-    """A variant the sweep stopped shows the sweep's note, not "stopped by user"."""
-    rows = session.execute(
-        select(SweepRun, Run)
-        .join(Run, Run.id == SweepRun.run_id)
-        .where(
-            SweepRun.note != "",
-            Run.status == JobStatus.STOPPED.value,
-            Run.reason != SweepRun.note,
-        )
-    ).all()
-    for member, run in rows:
-        statemachine.set_reason(run, member.note)

@@ -26,10 +26,11 @@ saved_step=-1 # last step written to a checkpoint
 sleeper=""    # pid of the current step's background sleep
 
 # Write checkpoint step-N atomically (temp file, then rename) so a kill never leaves half a file.
+# The temp file is this process's own: every node of a multi-node run shares $FORGE_OUT_DIR.
 save_checkpoint() {
     local step="$1" path="$CKPT_DIR/step-$1"
-    printf 'step=%s\nloss=%s\n' "$step" "$(loss_at "$step")" > "$path.tmp"
-    mv -f "$path.tmp" "$path"
+    printf 'step=%s\nloss=%s\n' "$step" "$(loss_at "$step")" > "$path.tmp.$$"
+    mv -f "$path.tmp.$$" "$path"
     saved_step="$step"
     echo "[checkpoint] $path"
 }
