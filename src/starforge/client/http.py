@@ -145,16 +145,20 @@ class Client:
         return self._post(f"/runs/{run_id}/retry", api.ActionResult)
 
     def logs(
-        self, run_id: str, *, attempt: int | None = None, offset: int = 0, wait: float = 0
+        self,
+        run_id: str,
+        *,
+        attempt: int | None = None,
+        offset: int = 0,
+        wait: float = 0,
+        tail: int | None = None,
     ) -> api.LogChunk:
+        """A chunk of an attempt's log from ``offset``, or (``tail``) from its last lines."""
+        params = {"attempt": attempt, "offset": offset, "wait": wait, "tail": tail}
         response = self._send(
             "GET",
             f"/runs/{run_id}/logs",
-            params={
-                k: v
-                for k, v in {"attempt": attempt, "offset": offset, "wait": wait}.items()
-                if v is not None
-            },
+            params={k: v for k, v in params.items() if v is not None},
             timeout=httpx.Timeout(wait + 30.0, connect=5.0),
         )
         return api.LogChunk.read(response.content)
