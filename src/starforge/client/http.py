@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from starforge import __version__
 from starforge.client.sse import EventStream
-from starforge.contract import api, auth, images
+from starforge.contract import api, auth, blobbatch, images
 from starforge.contract.base import Contract
 from starforge.contract.errors import ServerError, ServerUnreachable, from_wire
 
@@ -120,6 +120,16 @@ class Client:
             f"/blobs/{digest}",
             content=chunks(),
             headers={"Content-Type": "application/octet-stream"},
+            timeout=httpx.Timeout(300.0, connect=5.0),
+        )
+
+    def upload_blob_batch(self, body: bytes) -> None:
+        """Many small blobs in one request (framed by :mod:`starforge.contract.blobbatch`)."""
+        self._send(
+            "POST",
+            "/blobs/batch",
+            content=body,
+            headers={"Content-Type": blobbatch.MEDIA_TYPE},
             timeout=httpx.Timeout(300.0, connect=5.0),
         )
 
