@@ -123,15 +123,25 @@ def _pack_one(
     root: Path, real_root: Path, rel: str, packed: set[str], cache: HashCache
 ) -> FileEntry | Finding:
     """One file's entry, or why it may not travel. A link is never followed out of the lab."""
+    where = os.path.join(root, rel)  # a string: pathlib's parsing costs more than the stat
+    try:
+        st: os.stat_result | None = os.lstat(where)
+    except FileNotFoundError:
+        st = None
+    if st is not None and stat.S_ISREG(st.st_mode):
+        # The cache keeps only files that passed the name and content checks of these rules.
+        digest = cache.lookup(rel, st)
+        if digest is not None:
+            return FileEntry(
+                path=rel, sha256=digest, size=st.st_size, executable=bool(st.st_mode & 0o111)
+            )
     found = sensitive.check_path(rel)
     if found is not None:
         return found
-    path = root / rel
-    link: str | None = None
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
+    if st is None:
         return Finding("file.special", "not a regular file")
+    path = Path(where)
+    link: str | None = None
     if stat.S_ISLNK(st.st_mode):
         target = _link_target(path, real_root, packed)
         if isinstance(target, Finding):
@@ -142,21 +152,18 @@ def _pack_one(
         return Finding("file.directory", "a directory, not a file (a git submodule?)")
     elif not stat.S_ISREG(st.st_mode):
         return Finding("file.special", "not a regular file")
-    digest = cache.lookup(rel, st) if link is None else None
-    if digest is None:
-        started = now_ns()
-        digest, size, head, after = _hash(path)
-        found = sensitive.check_content(head)
-        if found is not None:
-            return found
-        if link is None and stat_key(after) == stat_key(st) and size == st.st_size:
-            cache.store(rel, st, digest, started)
-        st = after
+    started = now_ns()
+    digest, size, head, after = _hash(path)
+    found = sensitive.check_content(head)
+    if found is not None:
+        return found
+    if link is None and stat_key(after) == stat_key(st) and size == st.st_size:
+        cache.store(rel, st, digest, started)
     return FileEntry(
         path=rel,
         sha256=digest,
-        size=st.st_size,
-        executable=bool(st.st_mode & 0o111),
+        size=size,
+        executable=bool(after.st_mode & 0o111),
         symlink=link,
     )
 
