@@ -23,9 +23,8 @@ import ctypes
 import ctypes.util
 import hashlib
 import os
-import tempfile
+import uuid
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
@@ -101,8 +100,8 @@ def record_many(rt: Runtime, user: str, digests: list[str]) -> None:
     with rt.transaction() as session:
         dialect = session.get_bind().dialect.name
         insert = postgresql_insert if dialect == "postgresql" else sqlite_insert
-        for i in range(0, len(rows), 500):  # SQLite binds at most a few thousand parameters
-            session.execute(insert(UserBlob).values(rows[i : i + 500]).on_conflict_do_nothing())
+        # One statement, executed for every row (compiled once; batched by the driver).
+        session.execute(insert(UserBlob).on_conflict_do_nothing(), rows)
 
 
 async def upload(rt: Runtime, user: str, digest: str, chunks: AsyncIterator[bytes]) -> int:
@@ -149,37 +148,48 @@ def store_batch(rt: Runtime, user: str, body: bytes) -> tuple[int, int]:
                 hint="a file changed while it was uploaded; submit again",
                 details={"expected": digest, "actual": actual, "size": len(data)},
             )
-    staged: list[tuple[Path, Path]] = []
+    staged: list[tuple[str, str]] = []
     seen: set[str] = set()
+    shards: set[str] = set()
+    batch = uuid.uuid4().hex[:12]
     try:
-        for digest, data in frames:
-            final = rt.storage.blob_path(digest)
-            if digest in seen or final.is_file():
+        for i, (digest, data) in enumerate(frames):
+            final = str(rt.storage.blob_path(digest))
+            if digest in seen or os.path.isfile(final):
                 continue  # already stored: the upload proved the sender has the content
             seen.add(digest)
-            staged.append((_write_temp(final, data), final))
+            shard = os.path.dirname(final)
+            if shard not in shards:
+                os.makedirs(shard, exist_ok=True)
+                shards.add(shard)
+            tmp = os.path.join(shard, f"{UPLOAD_PREFIX}{batch}-{i}{UPLOAD_SUFFIX}")
+            staged.append((tmp, final))
+            _write_new(tmp, data)
         _sync([tmp for tmp, _ in staged])
         for tmp, final in staged:
             os.replace(tmp, final)
     except BaseException:
         for tmp, _ in staged:
             with contextlib.suppress(OSError):
-                tmp.unlink()
+                os.unlink(tmp)
         raise
     record_many(rt, user, [d for d, _ in frames])
     return len(frames), sum(len(data) for _, data in frames)
 
 
-def _write_temp(final: Path, data: memoryview) -> Path:
-    final.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=UPLOAD_PREFIX, suffix=UPLOAD_SUFFIX, dir=final.parent)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    os.chmod(tmp, 0o644)
-    return Path(tmp)
+def _write_new(path: str, data: memoryview) -> None:
+    """Create ``path`` (it must not exist) holding ``data``, readable by the runners."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fchmod(fd, 0o644)  # whatever the umask
+    finally:
+        os.close(fd)
 
 
-def _sync(paths: list[Path]) -> None:
+def _sync(paths: list[str]) -> None:
     """Make ``paths`` durable: one syncfs(2) of their file system, else one fsync each."""
     if not paths:
         return
