@@ -1,4 +1,9 @@
-"""What the client benchmarks share: `sf` as a fresh process, a lab, an embedded server."""
+"""What the client benchmarks share: `sf` as a fresh process, a lab, an embedded server.
+
+`sf` runs as ``python -m starforge.cli.main`` with the lab as its working directory, so the
+package under test must be importable from anywhere: installed, or on an absolute PYTHONPATH
+(a relative one silently measures whatever `starforge` the interpreter has installed).
+"""
 
 from __future__ import annotations
 
