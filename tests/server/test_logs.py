@@ -100,3 +100,28 @@ def test_a_long_poll_ends_when_the_run_ends(rt: Runtime) -> None:
         return await reader
 
     assert asyncio.run(scenario()).final
+
+
+def test_a_tail_read_starts_at_the_last_lines_of_a_long_log(rt: Runtime) -> None:
+    run_id = running_run(rt)
+    lines = [f"step {i}\n".encode() for i in range(200_000)]  # ~2 MB: many 64 KiB blocks back
+    log_file(rt, run_id).write_bytes(b"".join(lines))
+    chunk = read(rt, run_id, tail=3)
+    assert chunk.data == "step 199997\nstep 199998\nstep 199999\n"
+    assert chunk.offset == sum(len(line) for line in lines)
+
+
+def test_a_tail_of_more_lines_than_the_log_has_is_the_whole_log(rt: Runtime) -> None:
+    run_id = running_run(rt)
+    log_file(rt, run_id).write_bytes(b"one\ntwo\n")
+    assert read(rt, run_id, tail=10).data == "one\ntwo\n"
+    assert read(rt, run_id, tail=0).data == ""
+
+
+def test_tail_offset_counts_lines_across_block_boundaries(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    line = b"y" * 1000 + b"\n"
+    path.write_bytes(line * 300 + b"partial")
+    assert logs.tail_offset(path, 1) == len(line) * 300
+    assert logs.tail_offset(path, 101) == len(line) * 200
+    assert logs.tail_offset(path, 1000) == 0

@@ -14,10 +14,16 @@ from starforge.contract import api
 from starforge.contract.api import RunView
 
 
-def read_attempt(client: Client, run_id: str, attempt: int) -> tuple[str, int, bool]:
+def read_attempt(
+    client: Client, run_id: str, attempt: int, tail: int | None = None
+) -> tuple[str, int, bool]:
+    """An attempt's log from its start, or (``tail``) from its last ``tail`` lines on: the
+    server finds them reading back from the end, so a long log costs only its tail."""
     data, offset = [], 0
+    first: int | None = tail
     while True:
-        chunk = client.logs(run_id, attempt=attempt, offset=offset)
+        chunk = client.logs(run_id, attempt=attempt, offset=offset, tail=first)
+        first = None
         data.append(chunk.data)
         if chunk.offset == offset or chunk.final:
             return "".join(data), chunk.offset, chunk.final
@@ -45,7 +51,7 @@ def tail_and_follow(client: Client, run: RunView, lines: int, follow: bool) -> s
     if lines == 0:
         print_history(client, run)
     else:
-        text, _, _ = read_attempt(client, run.run_id, run.attempts[-1].number)
+        text, _, _ = read_attempt(client, run.run_id, run.attempts[-1].number, tail=lines)
         kept = text.splitlines(keepends=True)[-lines:] if lines > 0 else []
         out.raw("".join(kept))
     return run.status

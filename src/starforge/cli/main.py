@@ -24,32 +24,39 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     from starforge.cli.app import app
-    from starforge.cli.output import out
 
-    out.set_json(False)
+    loaded = sys.modules.get("starforge.cli.output")  # rich: imported by the commands that print
+    if loaded is not None:
+        loaded.out.set_json(False)  # a previous main() in this process may have set it
     try:
         result = app(args=args, prog_name="sf", standalone_mode=False)
         return int(result or 0)
     except StarForgeError as err:
         if debug:
             raise
-        out.error(err)
+        _out().error(err)
         return err.exit_code
     except typer.Exit as exc:
         return exc.exit_code
     except typer.TyperException as exc:
         # A usage error is the user's, never a bug: no traceback, even with --debug.
         err = parser_error(exc)
-        out.error(err)
+        _out().error(err)
         return int(getattr(exc, "exit_code", 2))
     except (typer.Abort, KeyboardInterrupt):
-        out.stderr.print("interrupted")
+        _out().stderr.print("interrupted")
         return 130
     except OSError as exc:
         if debug:
             raise
-        out.error(StarForgeError(str(exc), hint="rerun with --debug for details"))
+        _out().error(StarForgeError(str(exc), hint="rerun with --debug for details"))
         return 1
+
+
+def _out() -> Any:
+    from starforge.cli.output import out
+
+    return out
 
 
 def parser_error(exc: typer.TyperException) -> StarForgeError:
@@ -58,7 +65,9 @@ def parser_error(exc: typer.TyperException) -> StarForgeError:
     path = ctx.command_path if ctx is not None else "sf"
     # By name: the class lives only in typer's private `_click` package.
     if type(exc).__name__ == "NoArgsIsHelpError":
-        # typer has already printed the group's help; say in one line what was missing.
+        # typer's rich help has printed itself; a plain help (the root's) is the message.
+        if text := exc.format_message().strip():
+            print(text)
         commands = ", ".join(ctx.command.list_commands(ctx)) if ctx is not None else ""
         return UsageError(f"`{path}` needs a command", hint=f"one of: {commands}")
     message = exc.format_message().strip() or f"bad usage of `{path}`"

@@ -23,7 +23,7 @@ from typing import Any
 from starforge import __version__
 from starforge.catalog.checks import CheckContext, run_checks
 from starforge.catalog.loader import Method, get_method
-from starforge.client import pending
+from starforge.client import pending, uploads
 from starforge.client.http import Client
 from starforge.contract import datasets, lineage, observability
 from starforge.contract import profiles as profile_grammar
@@ -306,8 +306,7 @@ def upload_and_submit(
     todo_bytes = sum(f.size for f in todo)
     if on_upload_start:
         on_upload_start(len(todo), todo_bytes)
-    for entry in todo:
-        client.upload_blob(entry.sha256, prepared.root / entry.path, on_progress)
+    uploads.upload_files(client, prepared.root, todo, on_progress)
     # A rerun after a lost answer or Ctrl-C sends the same key: the server returns its run.
     content = {
         "spec": prepared.spec.model_dump(mode="json"),

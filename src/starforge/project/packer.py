@@ -7,7 +7,8 @@ unchanged resubmission uploads nothing. The sensitive-file policy
 (:mod:`starforge.contract.sensitive`: names and content) is applied to every file, tracked or not,
 and one offender refuses the whole package (``--allow-dirty`` does not lift this). Symlinks are
 never followed out of the lab: a link travels (as a link) only when it resolves to a file that
-travels too.
+travels too. A file whose stat is unchanged since it was last packed is not read again
+(:mod:`starforge.project.hashcache`, which never returns a stale digest).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import posixpath
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from starforge.contract import sensitive
 from starforge.contract.errors import InputNotFound, UsageError
 from starforge.contract.jobspec import FileEntry, InputKind, InputRef, Manifest
 from starforge.contract.sensitive import Finding
+from starforge.project.hashcache import HashCache, now_ns, stat_key
 
 SHARED_DIRS = ("common", "configs")
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
@@ -89,21 +92,25 @@ def check_data_format(flag: str, value: str) -> None:
         )
 
 
-def build_manifest(root: Path, paths: list[str]) -> Manifest:
+def build_manifest(root: Path, paths: list[str], cache: HashCache | None = None) -> Manifest:
     """Hash every file (lab-relative paths) into a manifest; refuse the whole package, naming
     every offender and why, when any file is sensitive (by name or content) or is a link that
-    leaves the package. Links inside the package travel as links."""
+    leaves the package. Links inside the package travel as links. ``cache``: the lab's hash
+    cache (by default the one in the client's home)."""
     unique = sorted(set(paths))
     packed = set(unique)
     real_root = Path(os.path.realpath(root))
+    if cache is None:
+        cache = HashCache(root)
     entries: list[FileEntry] = []
     findings: dict[str, Finding] = {}
     for rel in unique:
-        got = _pack_one(root, real_root, rel, packed)
+        got = _pack_one(root, real_root, rel, packed, cache)
         if isinstance(got, Finding):
             findings[rel] = got
         else:
             entries.append(got)
+    cache.save(keep=packed)
     links = any(f.rule.startswith("link.") for f in findings.values())
     sensitive.refuse(
         findings,
@@ -112,31 +119,51 @@ def build_manifest(root: Path, paths: list[str]) -> Manifest:
     return Manifest(files=entries)
 
 
-def _pack_one(root: Path, real_root: Path, rel: str, packed: set[str]) -> FileEntry | Finding:
+def _pack_one(
+    root: Path, real_root: Path, rel: str, packed: set[str], cache: HashCache
+) -> FileEntry | Finding:
     """One file's entry, or why it may not travel. A link is never followed out of the lab."""
+    where = os.path.join(root, rel)  # a string: pathlib's parsing costs more than the stat
+    try:
+        st: os.stat_result | None = os.lstat(where)
+    except FileNotFoundError:
+        st = None
+    if st is not None and stat.S_ISREG(st.st_mode):
+        # The cache keeps only files that passed the name and content checks of these rules.
+        digest = cache.lookup(rel, st)
+        if digest is not None:
+            return FileEntry(
+                path=rel, sha256=digest, size=st.st_size, executable=bool(st.st_mode & 0o111)
+            )
     found = sensitive.check_path(rel)
     if found is not None:
         return found
-    path = root / rel
+    if st is None:
+        return Finding("file.special", "not a regular file")
+    path = Path(where)
     link: str | None = None
-    if path.is_symlink():
+    if stat.S_ISLNK(st.st_mode):
         target = _link_target(path, real_root, packed)
         if isinstance(target, Finding):
             return target
         link = posixpath.relpath(target, posixpath.dirname(rel) or ".")
-    elif path.is_dir():
+        st = os.stat(path)
+    elif stat.S_ISDIR(st.st_mode):
         return Finding("file.directory", "a directory, not a file (a git submodule?)")
-    elif not path.is_file():
+    elif not stat.S_ISREG(st.st_mode):
         return Finding("file.special", "not a regular file")
-    digest, size, head = _hash(path)
+    started = now_ns()
+    digest, size, head, after = _hash(path)
     found = sensitive.check_content(head)
     if found is not None:
         return found
+    if link is None and stat_key(after) == stat_key(st) and size == st.st_size:
+        cache.store(rel, st, digest, started)
     return FileEntry(
         path=rel,
         sha256=digest,
         size=size,
-        executable=bool(path.stat().st_mode & 0o111),
+        executable=bool(after.st_mode & 0o111),
         symlink=link,
     )
 
@@ -158,8 +185,9 @@ def _link_target(path: Path, real_root: Path, packed: set[str]) -> str | Finding
     return sensitive.check_path(target) or target
 
 
-def _hash(path: Path) -> tuple[str, int, bytes]:
-    """sha256, size and the first bytes (for the content check) in one read."""
+def _hash(path: Path) -> tuple[str, int, bytes, os.stat_result]:
+    """sha256, size, the first bytes (for the content check) in one read, and the stat after
+    it (a file that changed while it was read is not cached)."""
     digest = hashlib.sha256()
     head = b""
     size = 0
@@ -169,4 +197,5 @@ def _hash(path: Path) -> tuple[str, int, bytes]:
                 head += chunk[: sensitive.HEAD_BYTES - len(head)]
             digest.update(chunk)
             size += len(chunk)
-    return digest.hexdigest(), size, head
+        after = os.fstat(fh.fileno())
+    return digest.hexdigest(), size, head, after

@@ -1,7 +1,9 @@
-"""Blob endpoints: which digests the caller lacks, and streamed uploads.
+"""Blob endpoints: which digests the caller lacks, streamed uploads, and batches of small ones.
 
 An upload is authenticated before its body is read (the route takes no body parameter, so the
-user dependency runs first) and streamed: hashed as it arrives, cut at ``max_blob_bytes``.
+user dependency runs first) and streamed: hashed as it arrives, cut at ``max_blob_bytes``. A
+batch (``POST /blobs/batch``, :mod:`starforge.contract.blobbatch`) is cut at its route's body
+limit and kept only when every blob in it hashes to its name.
 """
 
 from __future__ import annotations
@@ -20,6 +22,12 @@ router = APIRouter()
 @router.post("/blobs/missing", response_model=MissingBlobsResponse)
 def missing(body: MissingBlobsRequest, rt: RuntimeDep, user: Submitter) -> MissingBlobsResponse:
     return MissingBlobsResponse(missing=blobs.missing(rt, user, body.digests))
+
+
+@router.post("/blobs/batch", status_code=201)
+async def put_batch(request: Request, rt: RuntimeDep, user: Submitter) -> JSONResponse:
+    count, size = await blobs.upload_batch(rt, user, request.stream())
+    return JSONResponse({"blobs": count, "size": size}, status_code=201)
 
 
 @router.put("/blobs/{sha256}", status_code=201)

@@ -33,6 +33,7 @@ _MANIFEST_SIZED = {
     f"{API_PREFIX}/sweeps",
     f"{API_PREFIX}/datasets",
 }
+_BLOB_BATCH = f"{API_PREFIX}/blobs/batch"  # many small files: the submissions' limit
 
 
 def limit_for(settings: Settings, method: str, path: str) -> int:
@@ -41,6 +42,8 @@ def limit_for(settings: Settings, method: str, path: str) -> int:
         return settings.max_blob_bytes
     if method == "POST" and _INGEST.match(path):
         return settings.max_ingest_bytes
+    if method == "POST" and path.rstrip("/") == _BLOB_BATCH:
+        return settings.max_submit_bytes
     if method == "POST" and path.rstrip("/") in _MANIFEST_SIZED:
         return settings.max_submit_bytes  # both carry one entry per file of a package
     return settings.max_body_bytes

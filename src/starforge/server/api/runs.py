@@ -84,5 +84,6 @@ async def run_logs(
     attempt: Annotated[int | None, Query(ge=1)] = None,
     offset: Annotated[int, Query(ge=0)] = 0,
     wait: Annotated[float, Query(ge=0)] = 0.0,
+    tail: Annotated[int | None, Query(ge=0)] = None,
 ) -> LogChunk:
-    return await logs.read(rt, user, ref, attempt=attempt, offset=offset, wait=wait)
+    return await logs.read(rt, user, ref, attempt=attempt, offset=offset, wait=wait, tail=tail)

@@ -7,11 +7,23 @@ present for a user only after that user uploaded content hashing to it, so nobod
 ``/blobs/missing`` what another user stored, and a submission may use only blobs its user sent
 (:func:`require_owned`). A blob the store already holds is hashed but not written again, then
 recorded as the user's.
+
+Small blobs also come many to a request (:func:`upload_batch`, framed as
+:mod:`starforge.contract.blobbatch`): the whole batch is verified, blob by blob, before anything
+is written, so a batch with one wrong blob leaves nothing behind; then its files are written
+and made durable with one ``syncfs`` of the store's file system (an ``fsync`` per file where
+that call is missing) before they are renamed into place, and recorded in one transaction.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
+import ctypes.util
+import hashlib
+import os
+import uuid
 from collections.abc import AsyncIterator
 
 from sqlalchemy import select
@@ -19,11 +31,13 @@ from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
+from starforge.contract import blobbatch
 from starforge.contract.api import MAX_DIGESTS
-from starforge.contract.errors import InvalidName, MissingBlobs
+from starforge.contract.errors import BlobDigestMismatch, BodyTooLarge, InvalidName, MissingBlobs
 from starforge.contract.names import is_sha256
 from starforge.server.db.blobs import UserBlob
 from starforge.server.runtime import Runtime
+from starforge.server.storage import UPLOAD_PREFIX, UPLOAD_SUFFIX
 
 
 def _check(digests: list[str]) -> None:
@@ -75,10 +89,19 @@ def require_owned(rt: Runtime, user: str, digests: list[str]) -> None:
 
 def record(rt: Runtime, user: str, digest: str) -> None:
     """Note that ``user`` has uploaded ``digest``; two racing uploads of it record it once."""
+    record_many(rt, user, [digest])
+
+
+def record_many(rt: Runtime, user: str, digests: list[str]) -> None:
+    """Note that ``user`` has uploaded each of ``digests``, in one transaction."""
+    rows = [{"user": user, "digest": d} for d in sorted(set(digests))]
+    if not rows:
+        return
     with rt.transaction() as session:
         dialect = session.get_bind().dialect.name
         insert = postgresql_insert if dialect == "postgresql" else sqlite_insert
-        session.execute(insert(UserBlob).values(user=user, digest=digest).on_conflict_do_nothing())
+        # One statement, executed for every row (compiled once; batched by the driver).
+        session.execute(insert(UserBlob).on_conflict_do_nothing(), rows)
 
 
 async def upload(rt: Runtime, user: str, digest: str, chunks: AsyncIterator[bytes]) -> int:
@@ -95,3 +118,103 @@ async def upload(rt: Runtime, user: str, digest: str, chunks: AsyncIterator[byte
     size = await asyncio.to_thread(writer.commit)
     await asyncio.to_thread(record, rt, user, digest)
     return size
+
+
+async def upload_batch(rt: Runtime, user: str, chunks: AsyncIterator[bytes]) -> tuple[int, int]:
+    """Store a batch of blobs for ``user``; return (blobs, bytes). The body is bounded by its
+    route's limit (:mod:`starforge.server.api.bodies`) before it gets here."""
+    body = bytearray()
+    async for chunk in chunks:
+        body += chunk
+    return await asyncio.to_thread(store_batch, rt, user, bytes(body))
+
+
+def store_batch(rt: Runtime, user: str, body: bytes) -> tuple[int, int]:
+    """Verify every blob of ``body``, then write, sync once, publish and record them all."""
+    frames = blobbatch.parse(body)
+    limit = rt.settings.max_blob_bytes
+    for digest, data in frames:
+        if len(data) > limit:
+            raise BodyTooLarge(
+                f"the blob {digest} ({len(data)} bytes) is larger than the blob limit "
+                f"of {limit} bytes",
+                details={"limit": limit, "sha256": digest},
+            )
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != digest:
+            raise BlobDigestMismatch(
+                f"a blob of the batch hashes to {actual}, not to its name {digest}; "
+                "nothing of the batch was kept",
+                hint="a file changed while it was uploaded; submit again",
+                details={"expected": digest, "actual": actual, "size": len(data)},
+            )
+    staged: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    shards: set[str] = set()
+    batch = uuid.uuid4().hex[:12]
+    try:
+        for i, (digest, data) in enumerate(frames):
+            final = str(rt.storage.blob_path(digest))
+            if digest in seen or os.path.isfile(final):
+                continue  # already stored: the upload proved the sender has the content
+            seen.add(digest)
+            shard = os.path.dirname(final)
+            if shard not in shards:
+                os.makedirs(shard, exist_ok=True)
+                shards.add(shard)
+            tmp = os.path.join(shard, f"{UPLOAD_PREFIX}{batch}-{i}{UPLOAD_SUFFIX}")
+            staged.append((tmp, final))
+            _write_new(tmp, data)
+        _sync([tmp for tmp, _ in staged])
+        for tmp, final in staged:
+            os.replace(tmp, final)
+    except BaseException:
+        for tmp, _ in staged:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        raise
+    record_many(rt, user, [d for d, _ in frames])
+    return len(frames), sum(len(data) for _, data in frames)
+
+
+def _write_new(path: str, data: memoryview) -> None:
+    """Create ``path`` (it must not exist) holding ``data``, readable by the runners."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fchmod(fd, 0o644)  # whatever the umask
+    finally:
+        os.close(fd)
+
+
+def _sync(paths: list[str]) -> None:
+    """Make ``paths`` durable: one syncfs(2) of their file system, else one fsync each."""
+    if not paths:
+        return
+    fd = os.open(paths[0], os.O_RDONLY)
+    try:
+        if _SYNCFS is not None and _SYNCFS(fd) == 0:
+            return
+    finally:
+        os.close(fd)
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _load_syncfs() -> object | None:
+    name = ctypes.util.find_library("c")
+    if not name:
+        return None
+    try:
+        return getattr(ctypes.CDLL(name, use_errno=True), "syncfs", None)
+    except OSError:
+        return None
+
+
+_SYNCFS = _load_syncfs()

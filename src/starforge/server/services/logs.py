@@ -134,7 +134,9 @@ def read_from(
 
 
 def tail_offset(path: Path | None, lines: int) -> int:
-    """The offset where the last ``lines`` whole lines of the file begin (its size for 0)."""
+    """The offset where the last ``lines`` whole lines of the file begin (its size for 0).
+
+    Reads backwards from the end in blocks: the cost is the tail's size, not the log's."""
     if path is None or not path.exists():
         return 0
     size = path.stat().st_size
@@ -150,11 +152,11 @@ def tail_offset(path: Path | None, lines: int) -> int:
             start = max(pos - block, 0)
             fh.seek(start)
             chunk = fh.read(pos - start)
-            for i in range(len(chunk) - 1, -1, -1):
-                if chunk[i] == 0x0A:
-                    seen += 1
-                    if seen == lines:
-                        return start + i + 1
+            cut = len(chunk)
+            while (cut := chunk.rfind(b"\n", 0, cut)) >= 0:
+                seen += 1
+                if seen == lines:
+                    return start + cut + 1
             pos = start
     return 0
 
@@ -192,11 +194,15 @@ async def read(
     attempt: int | None = None,
     offset: int = 0,
     wait: float = 0.0,
+    tail: int | None = None,
 ) -> LogChunk:
-    """A chunk from ``offset``; with ``wait`` > 0, wait up to that long for new bytes."""
+    """A chunk from ``offset`` (with ``tail``: from where the last ``tail`` lines begin, found
+    by reading back from the end); with ``wait`` > 0, wait up to that long for new bytes."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + min(max(wait, 0.0), MAX_WAIT_S)
     target = await asyncio.to_thread(locate, rt, user, ref, attempt)
+    if tail is not None:
+        offset = await asyncio.to_thread(tail_offset, target.path, tail)
     checked = loop.time()
     while True:
         chunk = await asyncio.to_thread(read_range, target, offset)

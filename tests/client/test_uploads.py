@@ -1,0 +1,51 @@
+"""Uploading a package: small files in batches, big ones one each, older servers still served."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import httpx
+
+from starforge.client import uploads
+from starforge.contract import blobbatch
+from starforge.contract.jobspec import FileEntry
+
+from .conftest import Counting, alice
+
+
+def _package(root: Path, small: int, big_bytes: int) -> list[FileEntry]:
+    files = {f"f{i:04d}.txt": f"line {i}\n".encode() for i in range(small)}
+    files["big.bin"] = b"z" * big_bytes
+    entries = []
+    for name, data in files.items():
+        (root / name).write_bytes(data)
+        digest = hashlib.sha256(data).hexdigest()
+        entries.append(FileEntry(path=name, sha256=digest, size=len(data)))
+    return entries
+
+
+def test_small_files_go_in_one_batch_and_a_big_one_alone(
+    app_transport: httpx.BaseTransport, tmp_path: Path
+) -> None:
+    entries = _package(tmp_path, 300, blobbatch.SMALL_BLOB_BYTES + 1)
+    counting = Counting(app_transport)
+    sent: list[int] = []
+    with alice(counting) as client:
+        uploads.upload_files(client, tmp_path, entries, sent.append)
+        assert client.missing_blobs([e.sha256 for e in entries]) == []
+    assert counting.calls["POST batch"] == 1
+    assert counting.calls["PUT " + entries[-1].sha256[:5]] == 1
+    assert sum(sent) == sum(e.size for e in entries)
+
+
+def test_an_older_server_gets_one_request_per_file(
+    app_transport: httpx.BaseTransport, tmp_path: Path
+) -> None:
+    entries = _package(tmp_path, 20, 10)
+    counting = Counting(app_transport, refuse_batches=True)
+    with alice(counting) as client:
+        uploads.upload_files(client, tmp_path, entries)
+        assert client.missing_blobs([e.sha256 for e in entries]) == []
+    assert counting.calls["POST batch"] == 1  # tried once, then never again
+    assert sum(n for k, n in counting.calls.items() if k.startswith("PUT")) == 21
