@@ -58,3 +58,51 @@ def test_a_gate_out_of_reach_stops_the_pipeline_short_with_its_reason(
     listed = sf("job", "ls", "--json").json()
     assert isinstance(listed, list) and listed[0]["run_id"] == root
     assert listed[0]["steps_done"] == "1/2!"
+
+
+def test_sft_then_export_then_eval_ends_with_every_step_done_a_model_and_a_report(
+    sf: Callable[..., Result], new_lab: Callable[..., Lab]
+) -> None:
+    lab = new_lab()
+    experiments.new_experiment(lab, "e1", "trl/sft")
+    subprocess.run(
+        [sys.executable, "experiments/e1/prepare.py"], cwd=lab.root, check=True, capture_output=True
+    )
+    commit_all(lab.root, "add e1")
+
+    got = sf("submit", "e1", "-p", "h200:1", "--model", "models/tiny-llama",
+             "--train-data", "data/sft-train.jsonl", "--validation-data", "data/sft-val.jsonl",
+             "-s", "max_steps=3", "--then", "export", "--then", "eval", "--json",
+             cwd=lab.root)  # fmt: skip
+
+    assert got.code == 0, got.err
+    root = str(got.json()["run_id"])  # type: ignore[index]
+    assert wait_for(sf, root, ENDED, timeout=600)["status"] == "succeeded"
+    export_id = str(sf("job", "status", root, "--json").json()["steps"][0]["run_id"])  # type: ignore[index]
+    exported = wait_for(sf, export_id, ENDED, timeout=600)
+    assert exported["status"] == "succeeded", sf("job", "logs", export_id, "--no-follow").out
+    eval_id = str(sf("job", "status", root, "--json").json()["steps"][1]["run_id"])  # type: ignore[index]
+    done = wait_for(sf, eval_id, ENDED, timeout=600)
+    assert done["status"] == "succeeded", sf("job", "logs", eval_id, "--no-follow").out
+
+    listed = sf("job", "ls", "--json").json()
+    assert isinstance(listed, list) and listed[0]["run_id"] == root
+    assert listed[0]["steps_done"] == "2/2"  # training, then both steps: nothing stopped short
+    assert "2/2 done" in sf("job", "status", root).out
+
+    folder = Path(str(exported["run_dir"])) / "out" / "export"
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    ids = tokenizer("rev abc=", return_tensors="pt").input_ids
+    assert model.generate(ids, max_new_tokens=4, do_sample=False).shape[1] > ids.shape[1]
+
+    report = json.loads((Path(str(done["run_dir"])) / "out" / "eval" / "report.json").read_text())
+    assert report["model"] == str(folder) and report["n"] > 0 and report["gate"] is None
+    assert report["metrics"]["loss"] > 0 and report["metrics"]["perplexity"] > 1
+    curves = sf("job", "metrics", eval_id, "--json").json()
+    assert isinstance(curves, dict)
+    assert {"eval/loss", "eval/perplexity"} <= set(curves["keys"])  # type: ignore[arg-type]
+    [loss] = [s for s in curves["series"] if s["key"] == "eval/loss"]  # type: ignore[union-attr]
+    assert loss["last_value"] == pytest.approx(report["metrics"]["loss"])
