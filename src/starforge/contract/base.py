@@ -32,7 +32,7 @@ log = logging.getLogger("starforge.contract")
 class Contract(BaseModel):
     """Strict when built, lenient when :meth:`read`."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     @classmethod
     def read(cls, data: Any) -> Self:
