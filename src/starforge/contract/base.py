@@ -32,7 +32,7 @@ log = logging.getLogger("starforge.contract")
 class Contract(BaseModel):
     """Strict when built, lenient when :meth:`read`."""
 
-    model_config = ConfigDict(extra="forbid", defer_build=True)
+    model_config = ConfigDict(extra="forbid")
 
     @classmethod
     def read(cls, data: Any) -> Self:
@@ -48,6 +48,17 @@ class Contract(BaseModel):
         if isinstance(data, str | bytes | bytearray):
             return cls.model_validate_json(data, extra=extra)
         return cls.model_validate(data, extra=extra)
+
+
+def defer_builds() -> None:
+    """Models defined after this call build their validators on first use, not at import: a
+    short-lived process (one ``sf`` command) then pays only for the models it uses. Validation
+    is unchanged (still strict when built). Only the ``sf`` process calls it, before it imports
+    any command: the server builds every model at import, before FastAPI wraps them in its own
+    adapters (a deferred model there is built at its first request, with pydantic warnings)."""
+    # Subclasses merge their bases' model_config when they are created, so this reaches every
+    # model defined from now on; the ones already defined keep their built validators.
+    Contract.model_config["defer_build"] = True
 
 
 def _unknown_fields(value: Any) -> Iterator[tuple[str, list[str]]]:
