@@ -23,6 +23,10 @@ from starforge.contract.errors import StarForgeError, UsageError
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
+    if argv is None:  # a real `sf` process: build only the models this command uses
+        from starforge.contract.base import defer_builds
+
+        defer_builds()
     from starforge.cli.app import app
 
     loaded = sys.modules.get("starforge.cli.output")  # rich: imported by the commands that print

@@ -10,16 +10,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 from pydantic import BaseModel
 
 from starforge import __version__
 from starforge.client.sse import EventStream
-from starforge.contract import api, auth, blobbatch, images, sweeps
+from starforge.contract import api, blobbatch
 from starforge.contract.base import Contract
 from starforge.contract.errors import ServerError, ServerUnreachable, from_wire
+
+# Users, images and sweeps are imported by the methods that need them: `sweeps` alone pulls in
+# params, config and yaml, which `sf job logs` and `sf submit` never use.
+if TYPE_CHECKING:
+    from starforge.contract import auth, images, sweeps
 
 M = TypeVar("M", bound=Contract)
 _UPLOAD_CHUNK = 1 << 20
@@ -236,6 +241,8 @@ class Client:
         return f"{self.base_url}/#{route}{query}"
 
     def console_token(self) -> auth.TokenCreated:
+        from starforge.contract import auth
+
         return self._post("/tokens/console", auth.TokenCreated)
 
     # ---- resources ----------------------------------------------------------------------------
@@ -260,59 +267,87 @@ class Client:
     # ---- images (admins) -----------------------------------------------------------------------
 
     def image_settings(self) -> images.ImageAdmin:
+        from starforge.contract import images
+
         return self._get("/admin/images", images.ImageAdmin)
 
     def set_image_default(self, framework: str, ref: str) -> images.ImageAdmin:
+        from starforge.contract import images
+
         body = images.ImageDefaultUpdate(ref=ref).model_dump(mode="json")
         sent = self._send("PUT", f"/admin/images/defaults/{framework}", json=body)
         return images.ImageAdmin.read(sent.content)
 
     def update_registry(self, entry: str, *, allowed: bool) -> images.ImageAdmin:
+        from starforge.contract import images
+
         body = images.RegistryUpdate(entry=entry, allowed=allowed).model_dump(mode="json")
         return images.ImageAdmin.read(self._send("PUT", "/admin/registries", json=body).content)
 
     # ---- users and tokens ---------------------------------------------------------------------
 
     def users(self) -> auth.UserList:
+        from starforge.contract import auth
+
         return self._get("/users", auth.UserList)
 
     def add_user(self, name: str, role: str) -> auth.UserCreated:
+        from starforge.contract import auth
+
         body = auth.UserCreate(name=name, role=auth.Role(role))
         return self._post("/users", auth.UserCreated, body)
 
     def set_role(self, name: str, role: str) -> auth.UserView:
+        from starforge.contract import auth
+
         body = auth.RoleUpdate(role=auth.Role(role)).model_dump(mode="json")
         return auth.UserView.read(self._send("PUT", f"/users/{name}/role", json=body).content)
 
     def set_disabled(self, name: str, disabled: bool) -> auth.UserView:
+        from starforge.contract import auth
+
         action = "disable" if disabled else "enable"
         return self._post(f"/users/{name}/{action}", auth.UserView)
 
     def tokens(self) -> auth.TokenList:
+        from starforge.contract import auth
+
         return self._get("/tokens", auth.TokenList)
 
     def create_token(
         self, *, name: str | None = None, expires_days: int | None = None
     ) -> auth.TokenCreated:
+        from starforge.contract import auth
+
         body = auth.TokenCreate(name=name, expires_days=expires_days)
         return self._post("/tokens", auth.TokenCreated, body)
 
     def revoke_token(self, ref: str) -> auth.TokenView:
+        from starforge.contract import auth
+
         return self._post(f"/tokens/{ref}/revoke", auth.TokenView)
 
     # ---- sweeps (contract.sweeps) --------------------------------------------------------------
 
     def submit_sweep(self, request: sweeps.SweepRequest) -> sweeps.SweepCreated:
+        from starforge.contract import sweeps
+
         return self._post("/sweeps", sweeps.SweepCreated, request)
 
     def list_sweeps(self, *, limit: int = 50) -> sweeps.SweepList:
+        from starforge.contract import sweeps
+
         return self._get("/sweeps", sweeps.SweepList, limit=limit)
 
     def sweep(self, ref: str, *, metric: str | None = None) -> sweeps.SweepView:
+        from starforge.contract import sweeps
+
         return self._get(f"/sweeps/{ref}", sweeps.SweepView, metric=metric)
 
     def sweep_runs(self, ref: str) -> api.RunList:
         return self._get(f"/sweeps/{ref}/runs", api.RunList)
 
     def stop_sweep(self, ref: str) -> sweeps.SweepStopped:
+        from starforge.contract import sweeps
+
         return self._post(f"/sweeps/{ref}/stop", sweeps.SweepStopped)

@@ -50,6 +50,17 @@ class Contract(BaseModel):
         return cls.model_validate(data, extra=extra)
 
 
+def defer_builds() -> None:
+    """Models defined after this call build their validators on first use, not at import: a
+    short-lived process (one ``sf`` command) then pays only for the models it uses. Validation
+    is unchanged (still strict when built). Only the ``sf`` process calls it, before it imports
+    any command: the server builds every model at import, before FastAPI wraps them in its own
+    adapters (a deferred model there is built at its first request, with pydantic warnings)."""
+    # Subclasses merge their bases' model_config when they are created, so this reaches every
+    # model defined from now on; the ones already defined keep their built validators.
+    Contract.model_config["defer_build"] = True
+
+
 def _unknown_fields(value: Any) -> Iterator[tuple[str, list[str]]]:
     """(model name, its unknown field names) for every model in ``value``, outermost first."""
     if isinstance(value, BaseModel):

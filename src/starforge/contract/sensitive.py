@@ -23,8 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
-from pathlib import PurePosixPath
+from fnmatch import fnmatchcase, translate
 
 from starforge.contract.errors import SensitiveFiles
 from starforge.contract.jobspec import Manifest
@@ -139,11 +138,39 @@ _SIGNATURES: tuple[tuple[str, str, re.Pattern[bytes]], ...] = (
         re.compile(rb"(?i)aws_secret_access_key[\"']?\s*[:=]\s*[\"']?[A-Za-z0-9/+]{40}"),
     ),
 )
+# Literals that each signature's matches must contain (the same order as _SIGNATURES; for the
+# case-insensitive ones, in lower case and looked for in the lowered head). A signature's regex
+# runs only when one of its literals is in the head: finding a literal is a C scan, while a
+# regex is tried at every offset, so ordinary files (no literal at all) cost ten scans, not ten
+# regex searches. A match always contains one of its literals, so no finding is ever skipped.
+_LITERALS: tuple[tuple[bool, tuple[bytes, ...]], ...] = (
+    (False, (b"PRIVATE KEY",)),
+    (False, (b"PuTTY-User-Key-File-",)),
+    (False, (b'"service_account"',)),
+    (False, (b"hf_",)),
+    (False, (b"ghp_", b"gho_", b"ghu_", b"ghs_", b"ghr_", b"github_pat_")),
+    (False, (b"sk-",)),
+    (False, (b"AKIA", b"ASIA")),
+    (False, (b"xox",)),
+    (True, (b"wandb",)),
+    (True, (b"aws_secret_access_key",)),
+)
+assert len(_LITERALS) == len(_SIGNATURES)
+_CUES = tuple(
+    (index, folded, literal)
+    for index, (folded, literals) in enumerate(_LITERALS)
+    for literal in literals
+)
+# One regex for every glob: a name that matches none (nearly every name) is answered by one
+# match; only a name that matches one walks the globs to name the first, as the rule.
+_ANY_GLOB = re.compile("|".join(translate(glob) for glob, _ in SENSITIVE_GLOBS))
 
 
 def check_path(path: str) -> Finding | None:
     """A finding when a lab-relative POSIX path names a credential file or folder."""
-    parts = [p.lower() for p in PurePosixPath(path).parts]
+    # PurePosixPath(path).parts without its parsing cost: empty and "." components dropped (a
+    # leading "/" names no credential, so dropping it too changes no finding).
+    parts = [p.lower() for p in path.split("/") if p and p != "."]
     if not parts:
         return None
     name = parts[-1]
@@ -152,6 +179,8 @@ def check_path(path: str) -> Finding | None:
             return Finding(f"dir:{folder}", f"inside {SENSITIVE_DIRS[folder]} ({folder}/)")
     if name in SENSITIVE_NAMES:
         return Finding(f"name:{name}", SENSITIVE_NAMES[name])
+    if _ANY_GLOB.match(name) is None:
+        return None
     for glob, reason in SENSITIVE_GLOBS:
         if fnmatchcase(name, glob):
             return Finding(f"name:{glob}", reason)
@@ -161,8 +190,12 @@ def check_path(path: str) -> Finding | None:
 def check_content(data: bytes) -> Finding | None:
     """A finding when the first :data:`HEAD_BYTES` of a file carry a credential's signature."""
     head = data[:HEAD_BYTES]
-    for rule, reason, pattern in _SIGNATURES:
-        if pattern.search(head):
+    lowered = head.lower()
+    cued = {index for index, folded, literal in _CUES if literal in (lowered if folded else head)}
+    if not cued:
+        return None
+    for index, (rule, reason, pattern) in enumerate(_SIGNATURES):
+        if index in cued and pattern.search(head):
             return Finding(rule, f"content: {reason}")
     return None
 
