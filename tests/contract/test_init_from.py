@@ -84,7 +84,7 @@ def test_as_submitted_undoes_the_servers_resolution_only() -> None:
         "experiment": "demo",
         "init_from": asked.model_copy(
             update={
-                "path": "/root/runs/out/checkpoints/checkpoint-20",
+                "path": "/storage/runs/out/checkpoints/checkpoint-20",
                 "resolved_step": 20,
                 "parent_method": "trl/sft",
             }
