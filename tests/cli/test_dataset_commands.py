@@ -112,6 +112,7 @@ def test_malformed_dataset_commands_exit_2_with_one_line(
     sf: Callable[..., Result], sf_home: Path, args: list[str], needle: str
 ) -> None:
     assert needle in one_line_usage_error(sf(*args))
+    assert not (sf_home / "server" / "server.json").exists()  # no server was started for it
 
 
 def test_an_empty_folder_is_refused_before_any_server_is_asked(

@@ -53,7 +53,7 @@ def warm_pid(local: LocalExecutor) -> int | None:
 def test_a_warm_started_runner_starts_as_a_fresh_one_would(
     warm: LocalExecutor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    start(warm, tmp_path, "sleep", name="before")  # the warm process exists from here on
+    before, _ = start(warm, tmp_path, "sleep", name="before")  # the warm process exists now
     monkeypatch.setenv("STARFORGE_WARM_PROBE", "set after the warm process started")
     ref, binding = start(warm, tmp_path, "sleep")
     seen = first_line(log_of(binding))
@@ -68,6 +68,8 @@ def test_a_warm_started_runner_starts_as_a_fresh_one_would(
     assert warm.is_alive(ref)
     warm.stop(ref, grace_s=60)
     eventually(lambda: not warm.is_alive(ref), what="SIGTERM to end the runner")
+    warm.kill(before)  # a test ends every process it started
+    eventually(lambda: not warm.is_alive(before), what="the kill")
 
 
 def test_a_warm_started_runner_ends_like_a_fresh_one_and_leaves_no_zombie(

@@ -248,6 +248,7 @@ def show(
     from starforge.contract.datasets import parse_ref
 
     out.set_json(json_out)
+    parse_ref(ref, "sf dataset show", owner="you")  # a malformed one starts no server
     with connect() as client:
         parsed = parse_ref(ref, "sf dataset show", owner=client.whoami().user)
         if not parsed.version:
