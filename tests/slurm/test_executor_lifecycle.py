@@ -14,7 +14,7 @@ import pytest
 
 from starforge.project.lab import Lab
 from tests.conftest import Result
-from tests.slurm.conftest import SlurmCluster, SlurmDriver, wait_for
+from tests.slurm.conftest import FINAL_STATES, SlurmCluster, SlurmDriver, wait_for
 from tests.slurm.starforge_on_slurm import (
     FINAL,
     act,
@@ -59,7 +59,7 @@ def test_stop_ends_the_slurm_job_and_retry_continues_in_a_new_job_from_the_check
     # Asked to stop (SIGTERM: 143), not killed (SIGKILL would be 137).
     assert stopped["exit_code"] == 143 and "exited with code 143" in logs_of(stopped)
     [first] = job_ids(stopped)
-    assert wait_for(lambda: slurm_jobs(first)[0]["job_state"] != "RUNNING", "the job to end")
+    assert wait_for(lambda: slurm_jobs(first)[0]["job_state"] in FINAL_STATES, "the job to end")
 
     act(sf, "retry", run_id)
     done = wait_status(sf, run_id, "succeeded", "failed", deadline_s=180)
@@ -84,7 +84,7 @@ def test_pause_checkpoints_and_ends_the_job_then_resume_continues_as_a_new_attem
     assert paused["status"] == "paused", logs_of(paused)
     [first] = job_ids(paused)
     ended = wait_for(
-        lambda: (s := slurm_jobs(first)[0]["job_state"]) != "RUNNING" and s, "the job to end"
+        lambda: (s := slurm_jobs(first)[0]["job_state"]) in FINAL_STATES and s, "the job to end"
     )
     assert ended in {"COMPLETED", "CANCELLED", "FAILED"}  # no Slurm job holds a paused run
 

@@ -19,7 +19,7 @@ from starforge.server.executors.base import NodeLaunch
 from starforge.server.executors.slurm import SlurmExecutor
 from starforge.server.settings import SlurmSettings
 from tests.conftest import Result, commit_all
-from tests.slurm.conftest import SlurmCluster, wait_for
+from tests.slurm.conftest import FINAL_STATES, SlurmCluster, wait_for
 from tests.slurm.starforge_on_slurm import (
     FINAL,
     gated_lab,
@@ -104,7 +104,8 @@ def test_a_two_node_run_is_one_slurm_job_on_both_h200_nodes_running_a_gloo_all_r
     assert done["status"] == "succeeded", text
     [job] = job_ids(done)
     # The runners report before the batch script itself has ended: wait for Slurm's last word.
-    record = wait_for(lambda: (r := slurm_jobs(job)[0])["job_state"] != "RUNNING" and r, "end")
+    # (COMPLETING is not the end: the state Slurm passes through while the job's steps exit.)
+    record = wait_for(lambda: (r := slurm_jobs(job)[0])["job_state"] in FINAL_STATES and r, "end")
     assert (record["name"], record["nodes"], record["job_state"]) == (
         f"sf.{run_id}.1",
         "h200-[1-2]",
