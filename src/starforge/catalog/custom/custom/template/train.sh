@@ -41,6 +41,9 @@ loss_at() {
 }
 
 on_sigterm() {
+    # One save: a second SIGTERM (a scheduler and the platform may both send one) must not run
+    # this again halfway through, which bash does not survive cleanly.
+    trap '' TERM
     [[ -n "$sleeper" ]] && kill "$sleeper" 2>/dev/null || true
     echo "[signal] SIGTERM after step $done_step: saving and exiting"
     if (( done_step > 0 && done_step != saved_step )); then
