@@ -13,7 +13,7 @@ HEAVY = ("httpx", "yaml", "sqlalchemy", "fastapi", "pydantic", "rich", "starforg
 _PROBE = """
 import json, sys
 from starforge.cli.main import main
-code = main(sys.argv[1:])
+code = main()  # as the `sf` process calls it: argv from sys.argv
 print(json.dumps({"code": code, "modules": sorted(sys.modules)}), file=sys.stderr)
 """
 

@@ -24,9 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     if argv is None:  # a real `sf` process: build only the models this command uses
-        from starforge.contract.base import defer_builds
+        from starforge.contract import buildmode
 
-        defer_builds()
+        buildmode.DEFER = True  # without importing pydantic: `sf --help` uses no model
     from starforge.cli.app import app
 
     loaded = sys.modules.get("starforge.cli.output")  # rich: imported by the commands that print

@@ -26,13 +26,15 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict
 
+from starforge.contract import buildmode
+
 log = logging.getLogger("starforge.contract")
 
 
 class Contract(BaseModel):
     """Strict when built, lenient when :meth:`read`."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=buildmode.DEFER)
 
     @classmethod
     def read(cls, data: Any) -> Self:
@@ -58,6 +60,7 @@ def defer_builds() -> None:
     adapters (a deferred model there is built at its first request, with pydantic warnings)."""
     # Subclasses merge their bases' model_config when they are created, so this reaches every
     # model defined from now on; the ones already defined keep their built validators.
+    buildmode.DEFER = True
     Contract.model_config["defer_build"] = True
 
 
