@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from starforge.server.db.engine import make_engine, make_sessions, migrate
+from starforge.server.db.engine import make_engine, make_sessions, migrate, read_only
 from starforge.server.db.models import utcnow
 from starforge.server.executors.base import Executor, SupportsInventory
 from starforge.server.executors.local import LocalExecutor
@@ -56,6 +56,9 @@ class Runtime:
     # decide-then-act steps (e.g. the reconciler seeing a node that is being started).
     loop_lock: threading.Lock = field(default_factory=threading.Lock)
     wakeups: int = 0
+    # Wake-ups that may free or change capacity (a run ended, a stop, a quota edit): every one
+    # but an arrival. The scheduler never holds these back (``loops/scheduler``).
+    urgent_wakeups: int = 0
     # Whether this process runs the scheduler and reconciler (``loops/leader``).
     leader: bool = False
     # The scheduler's latest pass: what views of queued runs read (they never plan themselves).
@@ -67,6 +70,13 @@ class Runtime:
     def transaction(self) -> Iterator[Session]:
         """A session inside one transaction: committed on success, rolled back on error."""
         with self.sessions.begin() as session:
+            yield session
+
+    @contextmanager
+    def reading(self) -> Iterator[Session]:
+        """A session inside one read-only transaction (rolled back): a consistent snapshot that
+        never waits for, nor holds back, a writer on SQLite."""
+        with read_only(self.engine) as conn, Session(bind=conn) as session:
             yield session
 
     def refresh_inventory(self) -> bool:
@@ -87,9 +97,12 @@ class Runtime:
     def unbind_loop(self) -> None:
         self._loop, self._wake = None, None
 
-    def wake_scheduler(self) -> None:
-        """Ask for a scheduler pass now (from any thread); counted for tests."""
+    def wake_scheduler(self, *, arrival: bool = False) -> None:
+        """Ask for a scheduler pass now (from any thread); counted for tests. ``arrival``: only
+        new runs were queued (a submit), which a busy scheduler may gather into one pass."""
         self.wakeups += 1
+        if not arrival:
+            self.urgent_wakeups += 1
         loop, wake = self._loop, self._wake
         if loop is None or wake is None or loop.is_closed():
             return

@@ -96,7 +96,12 @@ def check_pipeline(spec: JobSpec, method: Method) -> None:
 
 def run_pools(run: Run) -> list[Pool]:
     """A run's pools as admission resolved them: the one typed reader of ``run.pools``."""
-    return [Pool.read(p) for p in run.pools]  # stored: read leniently
+    return stored_pools(run.pools)
+
+
+def stored_pools(pools: list[dict[str, Any]]) -> list[Pool]:
+    """The column ``runs.pools`` as typed pools (read leniently: it was stored)."""
+    return [Pool.read(p) for p in pools]
 
 
 def compose_config(

@@ -12,8 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +37,6 @@ from starforge.contract.jobspec import JobSpec
 from starforge.contract.names import new_run_id
 from starforge.contract.states import EndReason, JobStatus
 from starforge.server import statemachine
-from starforge.server.db.engine import read_only
 from starforge.server.db.models import Attempt, Run
 from starforge.server.executors.base import SupportsCheckPools, SupportsPendingReason
 from starforge.server.runtime import Runtime
@@ -193,7 +191,7 @@ def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
     admission needs, and one write that commits the run and answers from the same session. The
     committed row is the durable record; the run's files are written when it is placed."""
     digests = req.manifest.digests()
-    with reading(rt) as session:
+    with rt.reading() as session:
         existing = _find_by_key(session, user, req.idempotency_key)
         if existing is not None:
             return _replay(session, existing, req)
@@ -216,16 +214,8 @@ def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
             if existing is None:
                 raise
             return _replay(session, existing, req)
-    rt.wake_scheduler()  # after the commit: the pass must see the run
+    rt.wake_scheduler(arrival=True)  # after the commit: the pass must see the run
     return response
-
-
-@contextmanager
-def reading(rt: Runtime) -> Iterator[Session]:
-    """A session inside one read-only transaction (rolled back): a consistent snapshot that
-    never waits for, nor holds back, a writer on SQLite."""
-    with read_only(rt.engine) as conn, Session(bind=conn) as session:
-        yield session
 
 
 # ---- read -------------------------------------------------------------------------------------

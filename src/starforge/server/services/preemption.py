@@ -181,18 +181,25 @@ def _snapshot(rt: Runtime, session: Session) -> tuple[list[Waiting], list[Holder
     ][:MAX_WAITING]
     if not ids:
         return [], []
-    runs = {
-        r.id: r
-        for r in session.scalars(
-            select(Run).where(Run.id.in_(ids), Run.status == JobStatus.QUEUED.value)
+    rows = session.execute(
+        select(Run.id, Run.priority, Run.pools).where(
+            Run.id.in_(ids), Run.status == JobStatus.QUEUED.value
         )
-    }
-    waiting = [
-        Waiting(i, runs[i].priority, tuple(admission.run_pools(runs[i]))) for i in ids if i in runs
-    ]
-    if not waiting:
+    ).all()
+    if not rows:
         return [], []
-    top = max(w.priority for w in waiting)
+    top = max(priority for _, priority, _ in rows)
+    lowest = session.scalar(
+        select(func.min(Run.priority)).where(Run.status == JobStatus.RUNNING.value)
+    )
+    if lowest is None or lowest >= top:
+        return [], []  # no running run has a lower priority than a waiting one: no victim
+    found = {run_id: (priority, pools) for run_id, priority, pools in rows}
+    waiting = [
+        Waiting(i, found[i][0], tuple(admission.stored_pools(found[i][1])))
+        for i in ids
+        if i in found
+    ]
     active = dispatch.active_attempts(session)
     latest = dict(
         session.execute(

@@ -149,7 +149,7 @@ def admit_secrets(rt: Runtime, user: str, spec: JobSpec, config: dict[str, Any])
     """Reject a run asking for a secret ``user`` cannot use (naming each), then run the hub
     preflight of its ``--model`` with the user's ``HF_TOKEN``; return warnings."""
     wanted = requested(spec, config)
-    with rt.transaction() as session:
+    with rt.reading() as session:  # admission reads: it never waits for the writer
         rows = usable(session, user, [r.name for r in wanted] + [HF_TOKEN])
         missing = [r.name for r in wanted if r.name not in rows]
         hf_token = _open(rt, rows[HF_TOKEN]) if HF_TOKEN in rows else None

@@ -136,7 +136,7 @@ def submit(rt: Runtime, user: str, req: SweepRequest) -> SweepCreated:
             if found is None:
                 raise
             return found
-    rt.wake_scheduler()
+    rt.wake_scheduler(arrival=True)
     with rt.transaction() as session:
         answers: list[SubmitResponse] = []
         for run, a in zip(runs, admitted, strict=True):
