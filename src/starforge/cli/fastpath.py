@@ -216,8 +216,8 @@ def _response(reader: BinaryIO) -> tuple[int, dict[str, str], bytes]:
         if not colon or not line.endswith(b"\n"):
             raise Fallback("a malformed or cut header")
         headers[name.strip().lower()] = value.strip()
-    if "transfer-encoding" in headers:
-        raise Fallback("a chunked answer")
+    if "transfer-encoding" in headers or not headers.get("content-length", "").isdigit():
+        raise Fallback("an answer without a plain Content-Length (chunked?)")
     length = int(headers["content-length"])
     body = reader.read(length)
     if len(body) != length:
