@@ -1,9 +1,10 @@
 """Finding (and if needed starting) the control plane the CLI talks to.
 
-With ``STARFORGE_SERVER`` set, or a server saved by ``sf login``, that server is used as it is
-(:func:`starforge.client.config.configured_remote`). Otherwise the embedded default: a
-server process under ``$STARFORGE_HOME/server`` on 127.0.0.1, started in the background by the
-first command that needs it (a file lock keeps two commands from starting two servers).
+Which server, is :func:`starforge.client.config.find_server` (shared with the stdlib fast path
+of ``sf job logs``): with ``STARFORGE_SERVER`` set, or a server saved by ``sf login``, that server
+is used as it is. Otherwise the embedded default: a server process under
+``$STARFORGE_HOME/server`` on 127.0.0.1, checked here to answer, and started in the background by
+the first command that needs it (a file lock keeps two commands from starting two servers).
 """
 
 from __future__ import annotations
