@@ -11,8 +11,10 @@ grammar, with the standard library only:
 It finds the server with :func:`starforge.client.config.find_server` (the normal path's own
 order: environment, ``sf login``, the embedded server), sends the same requests as the full
 command (``GET /runs/RUN``, or ``GET /runs?limit=1`` first without RUN, then the JSON log
-endpoint through :func:`starforge.cli.logtail.read_attempt`) with the same headers, and returns
-the same text (:func:`starforge.cli.logtail.last_lines`).
+endpoint through :func:`starforge.cli.logtail.read_attempt`) with the same client version header
+and bearer token, and returns the same text (:func:`starforge.cli.logtail.last_lines`). The
+embedded server is not health-checked first, as the full command does: a server that does not
+answer is a failed connection, hence a fallback, and the full command checks and starts it.
 
 It never reports an error itself: on anything else (another command or option, ``--json``,
 ``--debug``, ``-n 0``, an answer other than 200 with the expected JSON, a connection that fails,
@@ -20,7 +22,8 @@ an embedded server that is not running and the normal path would start, a run wi
 yet, a proxy from the environment that httpx would use) it answers None and ``sf``
 runs the full command, which sends its requests again and prints the one error message, hint and
 exit code that command owns. Nothing is printed before every request has succeeded, so a
-fallback never repeats output.
+fallback never repeats output. The price: a server that hangs is waited for twice (the read
+timeout here, then the full command's), before the full command's error.
 """
 
 from __future__ import annotations
