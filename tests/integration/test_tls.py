@@ -64,6 +64,15 @@ def server(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
             proc.wait(timeout=30)
 
 
+def served(proc: subprocess.Popen[bytes], tmp_path: Path) -> dict[str, str]:
+    """The ``server.json`` of a server that ``server`` started, once it has written it."""
+    info_path = tmp_path / "home" / "server" / "server.json"
+    deadline = time.monotonic() + 60
+    while not info_path.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return dict(json.loads(info_path.read_text()))
+
+
 def test_plain_http_on_every_address_is_refused_before_anything_listens(
     sf: Callable[..., Result], server: Callable[..., subprocess.Popen[bytes]], tmp_path: Path
 ) -> None:
@@ -84,11 +93,7 @@ def test_with_a_certificate_the_server_answers_over_https_only(
     proc = server(
         "--host", "0.0.0.0", "--port", "0", "--tls-cert", str(cert), "--tls-key", str(key)
     )
-    info_path = tmp_path / "home" / "server" / "server.json"
-    deadline = time.monotonic() + 60
-    while not info_path.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    info = json.loads(info_path.read_text())
+    info = served(proc, tmp_path)
     assert info["url"].startswith("https://0.0.0.0:")
     port = info["url"].rsplit(":", 1)[1]
     trust = ssl.create_default_context(cafile=str(cert))
@@ -96,3 +101,24 @@ def test_with_a_certificate_the_server_answers_over_https_only(
     assert got.json() == {"ok": True}
     with pytest.raises(httpx.HTTPError):  # no plain HTTP beside it
         httpx.get(f"http://127.0.0.1:{port}/api/v1/health", timeout=10)
+
+
+def test_the_logs_fast_path_speaks_https_trusting_the_cas_httpx_trusts(
+    server: Callable[..., subprocess.Popen[bytes]],
+    certificate: tuple[Path, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from starforge.cli.fastpath import Wire
+
+    cert, key = certificate
+    proc = server("--port", "0", "--tls-cert", str(cert), "--tls-key", str(key))
+    url = served(proc, tmp_path)["url"]
+    assert url.startswith("https://127.0.0.1:")
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # as httpx: this bundle, when it is set
+    with Wire(url, None) as wire:
+        assert wire.get_json("/health") == {"ok": True}
+    monkeypatch.delenv("SSL_CERT_FILE")
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    with Wire(url, None) as wire, pytest.raises(ssl.SSLCertVerificationError):
+        wire.get_json("/health")  # certifi's bundle (httpx's default) does not hold it

@@ -242,6 +242,7 @@ def logs(
     """
     from starforge.cli import logs as log_view
     from starforge.cli.connect import connect
+    from starforge.cli.logtail import read_attempt
 
     out.set_json(json_out)
     with connect() as client:
@@ -249,7 +250,7 @@ def logs(
         if json_out:
             text = []
             for a in view.attempts:
-                chunk_text, _, _ = log_view.read_attempt(client, view.run_id, a.number)
+                chunk_text, _, _ = read_attempt(client, view.run_id, a.number)
                 text.append({"attempt": a.number, "log": chunk_text})
             out.data({"run_id": view.run_id, "status": view.status, "attempts": text})
             return

@@ -1,9 +1,10 @@
 """Finding (and if needed starting) the control plane the CLI talks to.
 
-With ``STARFORGE_SERVER`` set, or a server saved by ``sf login``, that server is used as it is
-(:func:`starforge.client.config.configured_remote`). Otherwise the embedded default: a
-server process under ``$STARFORGE_HOME/server`` on 127.0.0.1, started in the background by the
-first command that needs it (a file lock keeps two commands from starting two servers).
+Which server, is :func:`starforge.client.config.find_server` (shared with the stdlib fast path
+of ``sf job logs``): with ``STARFORGE_SERVER`` set, or a server saved by ``sf login``, that server
+is used as it is. Otherwise the embedded default: a server process under
+``$STARFORGE_HOME/server`` on 127.0.0.1, checked here to answer, and started in the background by
+the first command that needs it (a file lock keeps two commands from starting two servers).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from starforge.client import config
 from starforge.client.http import Client
@@ -23,33 +23,20 @@ from starforge.contract.errors import ServerUnreachable, StarForgeError
 START_TIMEOUT_S = 60.0
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is not alive
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][:1] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
 def running_embedded() -> tuple[str, int] | None:
-    """(url, pid) of a live embedded server, or None."""
-    info = config.read_server_file()
-    if not info:
+    """(url, pid) of a live embedded server that answers, or None."""
+    found = config.live_embedded()
+    if found is None or not answers(found[0]):
         return None
-    url, pid = str(info.get("url", "")), int(info.get("pid", 0) or 0)
-    if not url or not pid or not pid_alive(pid):
-        return None
+    return found
+
+
+def answers(url: str) -> bool:
     try:
         with Client(url, timeout=3.0) as client:
-            client.health()
+            return client.health()
     except StarForgeError:
-        return None
-    return url, pid
+        return False
 
 
 def start_embedded(server_args: list[str] | None = None) -> tuple[str, int]:
@@ -90,27 +77,25 @@ def stop_embedded(timeout_s: float = 30.0) -> int | None:
     """Stop the embedded server; returns its pid, or None if none was running."""
     info = config.read_server_file()
     pid = int(info.get("pid", 0) or 0) if info else 0
-    if not pid or not pid_alive(pid):
+    if not pid or not config.pid_alive(pid):
         return None
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
-    while pid_alive(pid) and time.monotonic() < deadline:
+    while config.pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    if pid_alive(pid):
+    if config.pid_alive(pid):
         os.kill(pid, signal.SIGKILL)
     return pid
 
 
 def connect(*, start: bool = True) -> Client:
     """A client for the configured server, starting the embedded one when needed."""
-    remote = config.configured_remote()
-    if remote is not None:
-        return Client(remote.url, token=remote.token)
-    found = running_embedded()
-    if found is None:
-        if not start:
-            raise ServerUnreachable(
-                "no StarForge server is running", hint="start one with `sf server start`"
-            )
-        found = start_embedded()
-    return Client(found[0], token=config.read_local_token())
+    server = config.find_server()
+    if server is not None and (not server.embedded or answers(server.url)):
+        return Client(server.url, token=server.token)
+    if not start:
+        raise ServerUnreachable(
+            "no StarForge server is running", hint="start one with `sf server start`"
+        )
+    url, _ = start_embedded()
+    return Client(url, token=config.read_local_token())

@@ -2,32 +2,19 @@
 
 History without following reads the JSON log endpoint; following reads the Server-Sent Events
 stream, which delivers each line once even across reconnects and ends when the run ends.
+``sf job logs RUN -n N --no-follow`` usually runs as :mod:`starforge.cli.fastpath` instead; both
+read through :mod:`starforge.cli.logtail`, so they print the same bytes.
 """
 
 from __future__ import annotations
 
 import time
 
+from starforge.cli.logtail import last_lines, read_attempt
 from starforge.cli.output import out
 from starforge.client.http import Client
 from starforge.contract import api
 from starforge.contract.api import RunView
-
-
-def read_attempt(
-    client: Client, run_id: str, attempt: int, tail: int | None = None
-) -> tuple[str, int, bool]:
-    """An attempt's log from its start, or (``tail``) from its last ``tail`` lines on: the
-    server finds them reading back from the end, so a long log costs only its tail."""
-    data, offset = [], 0
-    first: int | None = tail
-    while True:
-        chunk = client.logs(run_id, attempt=attempt, offset=offset, tail=first)
-        first = None
-        data.append(chunk.data)
-        if chunk.offset == offset or chunk.final:
-            return "".join(data), chunk.offset, chunk.final
-        offset = chunk.offset
 
 
 def print_history(client: Client, run: RunView) -> None:
@@ -52,8 +39,7 @@ def tail_and_follow(client: Client, run: RunView, lines: int, follow: bool) -> s
         print_history(client, run)
     else:
         text, _, _ = read_attempt(client, run.run_id, run.attempts[-1].number, tail=lines)
-        kept = text.splitlines(keepends=True)[-lines:] if lines > 0 else []
-        out.raw("".join(kept))
+        out.raw(last_lines(text, lines))
     return run.status
 
 

@@ -8,21 +8,41 @@ click's did-you-mean kept, and exit 2.
 typer 0.29 ships its own copy of click: its exceptions derive from ``typer.TyperException``, not
 from ``click.ClickException``, so the boundary catches typer's public classes and never imports
 ``click`` (a separate package that typer no longer uses).
+
+``sf job logs RUN -n N --no-follow`` runs first as :mod:`starforge.cli.fastpath`, before typer is
+imported: that module handles its one strict grammar with the standard library, or answers None
+and the full command runs (so every error message stays with the full command).
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any
 
-import typer
+TYPE_CHECKING = False  # typing, and every import below, only after the fast path declined
+if TYPE_CHECKING:
+    from typing import Any
 
-from starforge.contract.errors import StarForgeError, UsageError
+    import typer
+
+    from starforge.cli.output import Output
+    from starforge.contract.errors import StarForgeError
 
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
+    try:
+        if (code := _fast(args)) is not None:
+            return code
+    except OSError as exc:  # stdout closed (`| head`): as the full command reports it
+        return _os_error(exc, debug)
+    except KeyboardInterrupt:
+        _out().stderr.print("interrupted")
+        return 130
+    import typer
+
+    from starforge.contract.errors import StarForgeError
+
     if argv is None:  # a real `sf` process: build only the models this command uses
         from starforge.contract import buildmode
 
@@ -51,13 +71,33 @@ def main(argv: list[str] | None = None) -> int:
         _out().stderr.print("interrupted")
         return 130
     except OSError as exc:
-        if debug:
-            raise
-        _out().error(StarForgeError(str(exc), hint="rerun with --debug for details"))
-        return 1
+        return _os_error(exc, debug)
 
 
-def _out() -> Any:
+def _os_error(exc: OSError, debug: bool) -> int:
+    if debug:
+        raise exc
+    from starforge.contract.errors import StarForgeError
+
+    _out().error(StarForgeError(str(exc), hint="rerun with --debug for details"))
+    return 1
+
+
+def _fast(args: list[str]) -> int | None:
+    """Print what the fast path read and return 0, or None when the full command must run."""
+    if args[:2] != ["job", "logs"]:  # other commands import nothing of it (`sf --help`)
+        return None
+    from starforge.cli import fastpath
+
+    text = fastpath.job_logs(args)
+    if text is None:
+        return None
+    sys.stdout.write(text)  # as `out.raw` writes a log: no markup, no wrapping
+    sys.stdout.flush()
+    return 0
+
+
+def _out() -> Output:
     from starforge.cli.output import out
 
     return out
@@ -65,6 +105,8 @@ def _out() -> Any:
 
 def parser_error(exc: typer.TyperException) -> StarForgeError:
     """The parser's exception as our one-line error, with a hint naming the command's help."""
+    from starforge.contract.errors import UsageError
+
     ctx: Any = getattr(exc, "ctx", None)
     path = ctx.command_path if ctx is not None else "sf"
     # By name: the class lives only in typer's private `_click` package.
