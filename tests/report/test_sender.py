@@ -105,3 +105,16 @@ def test_ticks_go_out_while_idle_and_stop_at_close(server: Server) -> None:
         assert ticked.acquire(timeout=30)
     assert s.close(timeout_s=30)
     assert not s.is_alive()
+
+
+def test_a_delivered_body_is_news_enough_and_the_first_tick_may_wait(server: Server) -> None:
+    ticks: list[float] = []
+    # As the runner's reporter: its first event goes out at once, its first beat one interval
+    # later, and every delivery pushes the next beat back by an interval.
+    s = sender(server, tick=lambda client: ticks.append(1.0), tick_s=3600, first_tick_s=3600)
+    s.start()
+    for n in range(3):
+        s.send(step(n))
+        assert s.flush(timeout_s=30)
+    assert s.close(timeout_s=30)
+    assert ticks == [] and sorted(losses(server)) == [0, 1, 2]

@@ -158,6 +158,7 @@ class Sender(threading.Thread):
         say: Callable[[str], None] | None = None,
         tick: Callable[[Client], object] | None = None,
         tick_s: float = 0.0,
+        first_tick_s: float = 0.0,
         min_backoff_s: float = 0.5,
         max_backoff_s: float = MAX_BACKOFF_S,
         name: str = "starforge-sender",
@@ -185,7 +186,9 @@ class Sender(threading.Thread):
         self.close_deadline = 0.0
         self.retry_at = 0.0
         self.backoff_s = min_backoff_s
-        self.next_tick = 0.0  # the first tick goes out at once
+        # The first tick goes out after ``first_tick_s`` (at once by default); after that, one
+        # ``tick_s`` after the latest delivery of any kind: a delivered body is news enough.
+        self.next_tick = time.monotonic() + first_tick_s if first_tick_s > 0 else 0.0
         self.unreachable_since: float | None = None
         self._client: Client | None = None
 
@@ -304,6 +307,8 @@ class Sender(threading.Thread):
                 return False
             self.pending.pop(0)
             self.stats.points_sent += packet.points
+            if self.tick_s > 0:
+                self.next_tick = time.monotonic() + self.tick_s
         ticking = self.tick is not None and self.tick_s > 0 and not closing
         if ticking and time.monotonic() >= self.next_tick:
             if not self._deliver(None, 0):

@@ -100,6 +100,9 @@ class Reporter:
             say=log,
             tick=self._heartbeat,
             tick_s=heartbeat_s,
+            # Every event proves the runner alive (the server stamps its beat with it), and
+            # "starting" goes out at once: the first heartbeat is due one interval later.
+            first_tick_s=heartbeat_s,
             min_backoff_s=0.2,
             max_backoff_s=min(MAX_BACKOFF_S, heartbeat_s),
             name="starforge-reporter",
