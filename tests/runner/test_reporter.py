@@ -114,6 +114,19 @@ def test_reports_to_a_dead_endpoint_follow_the_beacon_and_arrive_in_order(server
     assert view["status"] == "running" and view["attempts"][0]["heartbeat_at"] is not None
 
 
+def test_a_quick_starts_starting_and_running_go_out_in_one_request(server: Server) -> None:
+    b = running_binding(server, "reporter-batch")
+    reporter = Reporter(b, lambda _: None)
+    reporter.start()
+    reporter.send("starting", at_once=False)
+    reporter.send("running")
+    assert reporter.close(patience_s=60) and not reporter.fenced
+    stats = reporter.sender.stats
+    assert (stats.points_sent, stats.batches_sent, stats.points_rejected) == (2, 1, 0)
+    with server.client() as c:
+        assert c.get(f"/runs/{b.run_id}").json()["status"] == "running"
+
+
 def test_a_runner_whose_attempt_the_server_ended_is_fenced(server: Server) -> None:
     b = running_binding(server, "reporter-fence")
     with server.client() as c:
@@ -121,7 +134,7 @@ def test_a_runner_whose_attempt_the_server_ended_is_fenced(server: Server) -> No
         eventually(lambda: status_of(c, b.run_id) == "stopped", what="the stop")
     fenced = threading.Event()
     reporter = Reporter(b, lambda _: None, on_fenced=lambda why: fenced.set())
-    reporter.start()  # its first heartbeat goes out at once
+    reporter.start()  # its first heartbeat goes out one interval (0.2 s here) later
     assert fenced.wait(timeout=60)
     reporter.close(patience_s=5)
     assert reporter.fenced

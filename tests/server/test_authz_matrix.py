@@ -181,6 +181,7 @@ def call(client: TestClient, method: str, path: str, cell: Cell, submit: dict[st
         "PUT /users/{name}/role": {"role": "viewer"},
         "POST /tokens": {},
         "POST /runs/{run_id}/lifecycle": {"attempt": 1, "event": "running"},
+        "POST /runs/{run_id}/lifecycle/batch": {"events": [{"attempt": 1, "event": "running"}]},
         "POST /runs/{run_id}/ingest": {},
         "POST /secrets": {"name": "HF_TOKEN", "value": "matrix-value"},
         "POST /runs/{run_id}/secrets": {"attempt": 1},

@@ -195,6 +195,13 @@ class Client:
         )
         return api.LifecycleAck.read(response.content).accepted
 
+    def lifecycle_batch(self, run_id: str, batch: api.LifecycleBatch) -> list[bool]:
+        """Report several runner events in one request; for each, whether it was accepted."""
+        response = self._send(
+            "POST", f"/runs/{run_id}/lifecycle/batch", json=batch.model_dump(mode="json")
+        )
+        return [ack.accepted for ack in api.LifecycleBatchAck.read(response.content).acks]
+
     # ---- observability ------------------------------------------------------------------------
 
     def ingest(self, run_id: str, body: api.IngestRequest | bytes) -> api.IngestAck:

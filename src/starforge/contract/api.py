@@ -210,6 +210,22 @@ class LifecycleAck(Contract):
     message: str = ""
 
 
+MAX_LIFECYCLE_BATCH = 16
+
+
+class LifecycleBatch(Contract):
+    """Several events of one runner in the order they happened (``starting`` and ``running`` of
+    a quick start): applied in one transaction, each exactly as if it came alone."""
+
+    events: list[LifecycleEvent] = Field(min_length=1, max_length=MAX_LIFECYCLE_BATCH)
+
+
+class LifecycleBatchAck(Contract):
+    """One answer per event of a :class:`LifecycleBatch`, in its order."""
+
+    acks: list[LifecycleAck]
+
+
 class Health(Contract):
     ok: bool = False
 

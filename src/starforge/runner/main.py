@@ -198,7 +198,7 @@ class Runner:
         if b.resume_from:
             self.say(f"resuming from {b.resume_from}")
         self.reporter.start()
-        self.reporter.send("starting")
+        self.reporter.send("starting", at_once=False)  # a quick start sends it with "running"
         try:
             spec, manifest = self._load()
             self._prepare_work_dir(manifest)

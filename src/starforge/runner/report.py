@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from starforge.client.http import Client
-from starforge.client.sender import Sender, Spool, read_beacon
-from starforge.contract.api import LifecycleEvent
+from starforge.client.sender import Body, Sender, Single, Spool, read_beacon
+from starforge.contract.api import MAX_LIFECYCLE_BATCH, LifecycleBatch, LifecycleEvent
 from starforge.contract.atomic import write_json_atomic
 from starforge.contract.env import Binding
 from starforge.contract.errors import Forbidden, NotFound
@@ -74,6 +74,20 @@ def write_exit_record(binding: Binding, exit_code: int, end_reason: EndReason | 
     )
 
 
+class EventBatches:
+    """Events queued together go out in one request (a batch, in order; one event alone as
+    itself): a quick start's ``starting`` and ``running`` cost the server one transaction."""
+
+    def take(self, pending: list[Any], queue: Any) -> None:
+        while queue:
+            events = [queue.popleft() for _ in range(min(len(queue), MAX_LIFECYCLE_BATCH))]
+            body = events[0] if len(events) == 1 else {"events": events}
+            pending.append(Single(body, points=len(events)))
+
+    def points_of(self, body: Body) -> int:
+        return len(body["events"]) if "events" in body else 1
+
+
 class Reporter:
     """The runner's courier: events in order, heartbeats, following the beacon, and fencing."""
 
@@ -95,6 +109,7 @@ class Reporter:
         self.sender = Sender(
             self._client,
             self._post,
+            packer=EventBatches(),
             spool=Spool(spool_dir(binding)),
             relocate=self._relocate,
             say=log,
@@ -125,8 +140,11 @@ class Reporter:
         exit_code: int | None = None,
         end_reason: EndReason | None = None,
         message: str = "",
+        at_once: bool = True,
     ) -> None:
-        """Queue an event; it is delivered in order, in the background."""
+        """Queue an event; it is delivered in order, in the background. ``at_once=False``: with
+        the sender's next round (within its flush interval), so that it may share a request
+        with the event that follows it."""
         if not self.enabled:
             return
         body = LifecycleEvent.model_validate(
@@ -139,7 +157,10 @@ class Reporter:
                 "message": message,
             }
         )
-        self.sender.send(body.model_dump(mode="json"))
+        if at_once:
+            self.sender.send(body.model_dump(mode="json"))
+        else:
+            self.sender.put(body.model_dump(mode="json"))
 
     def close(self, patience_s: float = 60.0) -> bool:
         """Wait up to ``patience_s`` for every event to be delivered, then stop; True if so."""
@@ -156,13 +177,17 @@ class Reporter:
         return Client(self.url, run_token=self.binding.run_token, timeout=10.0)
 
     def _post(self, client: Client, body: dict[str, Any]) -> None:
-        event = LifecycleEvent.model_validate(body)
+        events = [LifecycleEvent.model_validate(e) for e in body.get("events", [body])]
+        run_id = self.binding.run_id
         try:
-            accepted = client.lifecycle(self.binding.run_id, event)
+            if len(events) == 1:
+                accepted = [client.lifecycle(run_id, events[0])]
+            else:
+                accepted = client.lifecycle_batch(run_id, LifecycleBatch(events=events))
         except (Forbidden, NotFound) as exc:  # a newer attempt holds the run's token
             self._fence(f"the server refuses this attempt's reports ({exc.message})")
             return
-        if not accepted and event.event != "exited":
+        if any(not ok and ev.event != "exited" for ev, ok in zip(events, accepted, strict=True)):
             self._fence(f"the server says attempt {self.binding.attempt} is over")
 
     def _heartbeat(self, client: Client) -> None:

@@ -67,12 +67,9 @@ def active_attempts(session: Session, *, lock: bool = False) -> list[tuple[Run, 
     return [(run, attempt) for run, attempt in session.execute(query).all()]
 
 
-def held_gpus(session: Session) -> list[tuple[str, list[int]]]:
-    return [
-        (slot["node"], list(slot["gpus"]))
-        for _, attempt in active_attempts(session)
-        for slot in attempt.allocation
-    ]
+def held_gpus(session: Session) -> list[tuple[str, tuple[int, ...]]]:
+    """(node, GPU indices) of every active attempt: three columns, no run or attempt loaded."""
+    return [(h.node, h.gpus) for h in queue.to_holdings(session.execute(queue.HOLDINGS).all())]
 
 
 def run_dir_of(rt: Runtime, run: Run) -> Path:

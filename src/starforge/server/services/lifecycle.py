@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hmac
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
@@ -254,16 +254,24 @@ def apply_event(
 
 
 def handle(rt: Runtime, run_id: str, token: str | None, ev: LifecycleEvent) -> Outcome:
+    return handle_many(rt, run_id, token, [ev])[0]
+
+
+def handle_many(
+    rt: Runtime, run_id: str, token: str | None, events: Sequence[LifecycleEvent]
+) -> list[Outcome]:
+    """Apply a runner's events in order, in one transaction; then act on each outcome."""
     with rt.transaction() as session:
         run = session.get(Run, run_id, with_for_update=True)
         if run is None:
             raise RunNotFound(f"no run {run_id}")
         check_run_token(run, token)
-        outcome = apply_event(session, run, ev, rt=rt)
-    act_on(rt, outcome)
-    if outcome.ended:  # a succeeded run's --output-dataset becomes a dataset version
+        outcomes = [apply_event(session, run, ev, rt=rt) for ev in events]
+    for outcome in outcomes:
+        act_on(rt, outcome)
+    if any(o.ended for o in outcomes):  # a succeeded run's --output-dataset becomes a version
         datasets.publish_after(rt, run_id)
-    return outcome
+    return outcomes
 
 
 def publish_beacon(rt: Runtime) -> None:
