@@ -328,7 +328,7 @@ def _executor_pending(rt: Runtime, run: Run) -> str:
 def get(rt: Runtime, user: str, ref: str) -> RunView:
     """A run's view; a queued run's place and why it waits come from the scheduler's latest pass
     (:func:`starforge.server.services.queue.explain`), never from a plan of its own."""
-    with rt.transaction() as session:
+    with rt.reading() as session:
         run = resolve(session, user, ref)
         found = view(rt, run)
         queue.explain(rt, session, [(run, found)])
@@ -372,7 +372,7 @@ def hide_others_in(rt: Runtime, user: str, text: str) -> str:
     """``text`` with the ids of runs ``user`` may not see replaced (see :func:`hide_others`)."""
     if users.sees_all(user) or not RUN_ID_IN_TEXT.search(text):
         return text
-    with rt.transaction() as session:
+    with rt.reading() as session:
         others = _others(session, user, set(RUN_ID_IN_TEXT.findall(text)))
     return _hide(text, others)
 
@@ -402,7 +402,7 @@ def list_runs(
     status: JobStatus | None = None,
     hide_steps: bool = False,
 ) -> list[RunView]:
-    with rt.transaction() as session:
+    with rt.reading() as session:
         query = select(Run).where(users.visible_runs(user)).options(selectinload(Run.attempts))
         if status is not None:
             query = query.where(Run.status == status.value)
@@ -419,5 +419,5 @@ def list_runs(
 
 
 def count_runs(rt: Runtime, user: str) -> int:
-    with rt.transaction() as session:
+    with rt.reading() as session:
         return int(session.scalar(select(func.count()).where(Run.user == user)) or 0)
