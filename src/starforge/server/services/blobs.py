@@ -26,7 +26,7 @@ import os
 import uuid
 from collections.abc import AsyncIterator
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -52,17 +52,18 @@ def _check(digests: list[str]) -> None:
         raise InvalidName(f"at most {MAX_DIGESTS} digests per request (got {len(digests)})")
 
 
+_OWNED = select(UserBlob.digest).where(
+    UserBlob.user == bindparam("user"), UserBlob.digest.in_(bindparam("digests", expanding=True))
+)
+
+
 def owned(session: Session, user: str, digests: list[str]) -> set[str]:
     """Which of ``digests`` ``user`` has uploaded."""
     found: set[str] = set()
     wanted = sorted(set(digests))
     for i in range(0, len(wanted), 500):  # SQLite binds at most a few thousand parameters
         chunk = wanted[i : i + 500]
-        found.update(
-            session.scalars(
-                select(UserBlob.digest).where(UserBlob.user == user, UserBlob.digest.in_(chunk))
-            )
-        )
+        found.update(session.scalars(_OWNED, {"user": user, "digests": chunk}))
     return found
 
 

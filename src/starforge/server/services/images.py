@@ -46,8 +46,12 @@ class AdmittedImage:
 # ---- admin side -------------------------------------------------------------------------------
 
 
+_DEFAULTS = select(ImageDefault.framework, ImageDefault.ref)
+_ALLOWED = select(AllowedRegistry.entry).order_by(AllowedRegistry.entry)
+
+
 def framework_defaults(session: Session) -> dict[str, str]:
-    return {row.framework: row.ref for row in session.scalars(select(ImageDefault))}
+    return {framework: ref for framework, ref in session.execute(_DEFAULTS)}
 
 
 def set_default(session: Session, framework: str, ref: str, actor: str) -> None:
@@ -65,7 +69,7 @@ def set_default(session: Session, framework: str, ref: str, actor: str) -> None:
 
 
 def db_allowlist(session: Session) -> list[str]:
-    return list(session.scalars(select(AllowedRegistry.entry).order_by(AllowedRegistry.entry)))
+    return list(session.scalars(_ALLOWED))
 
 
 def allowlist(session: Session, settings: Settings) -> list[str]:

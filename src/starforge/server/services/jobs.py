@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
@@ -62,10 +62,11 @@ MAX_CANDIDATES = 8
 # ---- submit -----------------------------------------------------------------------------------
 
 
+_BY_KEY = select(Run).where(Run.user == bindparam("user"), Run.idempotency_key == bindparam("key"))
+
+
 def _find_by_key(session: Session, user: str, key: str) -> Run | None:
-    return session.scalars(
-        select(Run).where(Run.user == user, Run.idempotency_key == key)
-    ).one_or_none()
+    return session.scalars(_BY_KEY, {"user": user, "key": key}).one_or_none()
 
 
 def queue_position(session: Session, run: Run) -> int | None:

@@ -231,22 +231,27 @@ def reason_of(rt: Runtime, run_id: str, status: JobStatus, stored: str) -> str:
     return pending_view(*found).message if found is not None else stored
 
 
+_PRIORITY, _CREATED, _ID = (sa.bindparam(k) for k in ("priority", "created", "id"))
+_AHEAD = (
+    select(func.count())
+    .select_from(Run)
+    .where(
+        Run.status == JobStatus.QUEUED.value,
+        sa.or_(
+            Run.priority > _PRIORITY,
+            sa.and_(
+                Run.priority == _PRIORITY,
+                sa.or_(
+                    Run.created_at < _CREATED, sa.and_(Run.created_at == _CREATED, Run.id < _ID)
+                ),
+            ),
+        ),
+    )
+)
+
+
 def priority_position(session: Session, run: Run) -> int:
     """1-based place of a queued run by priority then age (what a single user sees), in one
     COUNT: the cheap answer at submit, whatever the length of the queue."""
-    same_priority_older = sa.and_(
-        Run.priority == run.priority,
-        sa.or_(
-            Run.created_at < run.created_at,
-            sa.and_(Run.created_at == run.created_at, Run.id < run.id),
-        ),
-    )
-    ahead = session.scalar(
-        select(func.count())
-        .select_from(Run)
-        .where(
-            Run.status == JobStatus.QUEUED.value,
-            sa.or_(Run.priority > run.priority, same_priority_older),
-        )
-    )
-    return int(ahead or 0) + 1
+    params = {"priority": run.priority, "created": run.created_at, "id": run.id}
+    return int(session.scalar(_AHEAD, params) or 0) + 1

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import or_, select
+from sqlalchemy import bindparam, or_, select
 from sqlalchemy.orm import Session
 
 from starforge.contract.auth import Role
@@ -116,16 +116,21 @@ def remove(session: Session, caller: Caller, name: str, lab: bool) -> SecretRemo
     return SecretRemoved(name=name, scope=scope, removed=row is not None)
 
 
+# Built once: every submission asks it (building a statement costs more than running it).
+_USABLE = select(Secret).where(
+    Secret.name.in_(bindparam("names", expanding=True)),
+    or_(
+        Secret.scope == Scope.LAB,
+        (Secret.scope == Scope.USER) & (Secret.owner == bindparam("user")),
+    ),
+)
+
+
 def usable(session: Session, user: str, names: list[str]) -> dict[str, Secret]:
     """The rows ``user``'s runs would use for ``names``: their own, else the lab's."""
     if not names:
         return {}
-    rows = session.scalars(
-        select(Secret).where(
-            Secret.name.in_(names),
-            or_(Secret.scope == Scope.LAB, (Secret.scope == Scope.USER) & (Secret.owner == user)),
-        )
-    )
+    rows = session.scalars(_USABLE, {"names": names, "user": user})
     found: dict[str, Secret] = {}
     for row in rows:
         if row.name not in found or row.scope == Scope.USER:
