@@ -37,14 +37,13 @@ import urllib.parse
 from starforge import __version__
 from starforge.cli.logtail import last_lines, read_attempt
 from starforge.client import config
+from starforge.contract.wire import API_PREFIX, CLIENT_VERSION_HEADER
 
 TYPE_CHECKING = False  # typing's own costs an import this path does without
 if TYPE_CHECKING:
     import ssl
     from typing import Any, BinaryIO
 
-API_PREFIX = "/api/v1"  # starforge.contract.api's; that module imports pydantic
-CLIENT_VERSION_HEADER = "X-StarForge-Client"
 TIMEOUT_S = 30.0  # the full client's read timeout
 _REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _COUNT = re.compile(r"[1-9][0-9]{0,8}")

@@ -17,10 +17,10 @@ from starforge.contract.base import Contract
 from starforge.contract.jobspec import JobSpec, Manifest, check_finite
 from starforge.contract.profiles import Pool, ProfileDef
 from starforge.contract.states import EndReason, JobStatus
+from starforge.contract.wire import API_PREFIX as API_PREFIX
+from starforge.contract.wire import CLIENT_VERSION_HEADER as CLIENT_VERSION_HEADER
+from starforge.contract.wire import RUN_TOKEN_HEADER as RUN_TOKEN_HEADER
 
-API_PREFIX = "/api/v1"
-CLIENT_VERSION_HEADER = "X-StarForge-Client"
-RUN_TOKEN_HEADER = "X-StarForge-Run-Token"
 MIN_CLIENT_VERSION = "0.1.0"
 
 # Bounds of the numbers the API takes, so each fits the database's columns (64-bit steps, 32-bit
