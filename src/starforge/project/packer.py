@@ -140,20 +140,19 @@ def _pack_one(
         return found
     if st is None:
         return Finding("file.special", "not a regular file")
-    path = Path(where)
     link: str | None = None
     if stat.S_ISLNK(st.st_mode):
-        target = _link_target(path, real_root, packed)
+        target = _link_target(Path(where), real_root, packed)
         if isinstance(target, Finding):
             return target
         link = posixpath.relpath(target, posixpath.dirname(rel) or ".")
-        st = os.stat(path)
+        st = os.stat(where)
     elif stat.S_ISDIR(st.st_mode):
         return Finding("file.directory", "a directory, not a file (a git submodule?)")
     elif not stat.S_ISREG(st.st_mode):
         return Finding("file.special", "not a regular file")
     started = now_ns()
-    digest, size, head, after = _hash(path)
+    digest, size, head, after = _hash(where)
     found = sensitive.check_content(head)
     if found is not None:
         return found
@@ -185,13 +184,13 @@ def _link_target(path: Path, real_root: Path, packed: set[str]) -> str | Finding
     return sensitive.check_path(target) or target
 
 
-def _hash(path: Path) -> tuple[str, int, bytes, os.stat_result]:
+def _hash(path: str) -> tuple[str, int, bytes, os.stat_result]:
     """sha256, size, the first bytes (for the content check) in one read, and the stat after
     it (a file that changed while it was read is not cached)."""
     digest = hashlib.sha256()
     head = b""
     size = 0
-    with path.open("rb") as fh:
+    with open(path, "rb", buffering=0) as fh:  # unbuffered: each read goes straight to hashing
         while chunk := fh.read(_CHUNK):
             if len(head) < sensitive.HEAD_BYTES:
                 head += chunk[: sensitive.HEAD_BYTES - len(head)]
