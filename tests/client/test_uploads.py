@@ -80,3 +80,15 @@ def test_a_file_changed_since_it_was_hashed_fails_the_upload_in_a_later_batch(
         lacking = set(client.missing_blobs([e.sha256 for e in entries]))
     assert changed.sha256 in lacking  # nothing of its batch was kept
     assert entries[0].sha256 not in lacking  # the first batch was stored before
+
+
+def test_a_kept_content_is_sent_as_it_was_hashed_not_as_the_file_is_now(
+    app_transport: httpx.BaseTransport, tmp_path: Path
+) -> None:
+    entries = _package(tmp_path, 3, 10)
+    kept = {e.sha256: (tmp_path / e.path).read_bytes() for e in entries}
+    for entry in entries:  # edited after packing: the manifest still names the old contents
+        (tmp_path / entry.path).write_bytes(b"edited\n")
+    with alice(Counting(app_transport)) as client:
+        uploads.upload_files(client, tmp_path, entries, None, kept)
+        assert client.missing_blobs([e.sha256 for e in entries]) == []

@@ -12,7 +12,7 @@ found" (the first batch is sent alone to learn that): the files then go one per 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -35,8 +35,11 @@ def upload_files(
     root: Path,
     entries: Iterable[FileEntry],
     progress: Callable[[int], None] | None = None,
+    contents: Mapping[str, bytes] | None = None,
 ) -> None:
-    """Upload each entry's file (``root / entry.path``) under its sha256."""
+    """Upload each entry's file (``root / entry.path``) under its sha256; a small file whose
+    content the packer kept (``contents``, by sha256) is sent from memory."""
+    kept = contents or {}
     small: list[FileEntry] = []
     for entry in entries:
         if entry.size <= blobbatch.SMALL_BLOB_BYTES:
@@ -48,7 +51,7 @@ def upload_files(
     if first is None:
         return
     try:
-        client.upload_blob_batch(_frame(root, first))
+        client.upload_blob_batch(_frame(root, first, kept))
     except StarForgeError as exc:
         if not _no_batches(exc):
             raise
@@ -59,7 +62,7 @@ def upload_files(
         return
     if progress:
         progress(sum(e.size for e in first))
-    _send_concurrently(client, root, groups, progress)
+    _send_concurrently(client, root, groups, progress, kept)
 
 
 def _send_concurrently(
@@ -67,6 +70,7 @@ def _send_concurrently(
     root: Path,
     groups: Iterable[list[FileEntry]],
     progress: Callable[[int], None] | None,
+    kept: Mapping[str, bytes],
 ) -> None:
     """The remaining batches, at most IN_FLIGHT at a time; the first failure is raised (the
     batches still in flight are awaited first, so no request outlives this call)."""
@@ -82,7 +86,7 @@ def _send_concurrently(
             for group in groups:
                 while len(pending) >= IN_FLIGHT:
                     settle(*pending.popleft())
-                body = _frame(root, group)
+                body = _frame(root, group, kept)
                 pending.append(
                     (pool.submit(client.upload_blob_batch, body), sum(e.size for e in group))
                 )
@@ -94,9 +98,11 @@ def _send_concurrently(
             raise
 
 
-def _frame(root: Path, group: list[FileEntry]) -> bytes:
+def _frame(root: Path, group: list[FileEntry], kept: Mapping[str, bytes]) -> bytes:
     base = str(root)
-    return blobbatch.encode((e.sha256, _read(f"{base}/{e.path}")) for e in group)
+    return blobbatch.encode(
+        (e.sha256, kept.get(e.sha256) or _read(f"{base}/{e.path}")) for e in group
+    )
 
 
 def _read(path: str) -> bytes:
