@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from starforge.contract import blobbatch
 from starforge.contract.errors import InputNotFound, SensitiveFiles, UsageError
 from starforge.contract.jobspec import InputKind
 from starforge.project.packer import build_manifest, resolve_input
@@ -138,3 +139,12 @@ def test_a_relative_path_may_not_leave_the_lab(tmp_path: Path) -> None:
     (tmp_path / "outside.jsonl").write_text("{}")
     with pytest.raises(UsageError, match="inside the lab"):
         resolve_input(lab, "--train-data", "../outside.jsonl", hub_ok=False)
+
+
+def test_the_packer_keeps_what_it_read_of_small_files_for_the_upload(tmp_path: Path) -> None:
+    small, big = b"small file\n", b"z" * (blobbatch.SMALL_BLOB_BYTES + 1)
+    (tmp_path / "small.txt").write_bytes(small)
+    (tmp_path / "big.bin").write_bytes(big)
+    kept: dict[str, bytes] = {}
+    build_manifest(tmp_path, ["small.txt", "big.bin"], keep=kept)
+    assert kept == {hashlib.sha256(small).hexdigest(): small}  # a big file is streamed later

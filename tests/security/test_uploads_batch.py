@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 from pathlib import Path
 
 from fastapi.testclient import TestClient
@@ -89,3 +91,19 @@ def test_a_cut_or_malformed_batch_is_400_and_keeps_nothing(
         resp = client.post("/blobs/batch", content=body, headers={**ALICE, **BATCH})
         assert resp.status_code == 400 and wire(resp)["code"] == "usage", body[:20]
     assert _leftovers(settings.storage) == []
+
+
+def test_batched_blobs_are_readable_by_the_runners_whatever_the_umask(
+    client: TestClient, settings: Settings
+) -> None:
+    blobs = [b"first\n", b"second\n"]
+    body = blobbatch.encode((_sha(b), b) for b in blobs)
+    old = os.umask(0o077)  # a server started by a careful admin: new files private
+    try:
+        resp = client.post("/blobs/batch", content=body, headers={**ALICE, **BATCH})
+    finally:
+        os.umask(old)
+    assert resp.status_code == 201
+    for data in blobs:
+        stored = settings.storage / "blobs" / "sha256" / _sha(data)[:2] / _sha(data)[2:]
+        assert stat.S_IMODE(stored.stat().st_mode) == 0o644

@@ -2,11 +2,14 @@
 
 A method's digest is the sha256 of the canonical JSON of its parsed ``method.yaml``: the lock
 records it and the server compares it with its own (the catalog handshake).
+
+Declarations are read lazily, one file per method: ``sf submit`` needs only the method its
+experiment uses (:func:`find_method`), so it does not parse the whole catalog; listing every
+method (:func:`all_methods`) reads the rest.
 """
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 from functools import cache
@@ -23,7 +26,15 @@ from starforge.contract.jobspec import MethodRef
 CATALOG_ROOT = Path(__file__).resolve().parent
 FRAMEWORK_ORDER = ("trl", "verl", "nemo-rl", "custom")
 
-__all__ = ["CATALOG_ROOT", "Entrypoint", "EntrypointKind", "Method", "all_methods", "get_method"]
+__all__ = [
+    "CATALOG_ROOT",
+    "Entrypoint",
+    "EntrypointKind",
+    "Method",
+    "all_methods",
+    "find_method",
+    "get_method",
+]
 
 
 class Method(MethodDecl):
@@ -79,19 +90,45 @@ def _order(method_id: str) -> tuple[int, str]:
 
 
 @cache
+def _load_cached(path: Path) -> Method:
+    """One declaration, parsed once per process (shared by find_method and all_methods)."""
+    return load_file(path)
+
+
+@cache
 def all_methods() -> dict[str, Method]:
     """Every built-in method by id, in catalog order (trl, verl, nemo-rl, custom)."""
     found = {}
     for path in CATALOG_ROOT.glob("*/*/method.yaml"):
-        method = load_file(path)
+        method = _load_cached(path)
         found[method.id] = method
     return {k: found[k] for k in sorted(found, key=_order)}
 
 
+def _plain(part: str) -> bool:
+    return bool(part) and not part.startswith(".") and "\\" not in part
+
+
+def find_method(method_id: str) -> Method | None:
+    """The built-in method ``method_id`` (``framework/name``), or None; reads only its file when
+    its folder is where the id says (else the whole catalog, which is keyed by declared id)."""
+    parts = method_id.split("/")
+    if len(parts) == 2 and all(_plain(p) for p in parts):
+        path = CATALOG_ROOT / parts[0] / parts[1] / "method.yaml"
+        if path.is_file():
+            method = _load_cached(path)
+            if method.id == method_id:
+                return method
+    return all_methods().get(method_id)
+
+
 def get_method(method_id: str) -> Method:
+    found = find_method(method_id)
+    if found is not None:
+        return found
+    import difflib  # only for the did-you-mean of an unknown id
+
     methods = all_methods()
-    if method_id in methods:
-        return methods[method_id]
     if "/" not in method_id:
         options = [m for m in methods if m.split("/", 1)[1] == method_id]
         if options:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from starforge.catalog.loader import Method, all_methods
+from starforge.catalog.loader import Method, find_method
 from starforge.contract.jobspec import MethodRef, ParamBinding
 from starforge.contract.params import bound_names
 
@@ -41,7 +41,7 @@ class LockStatus:
 def lock_state(ref: MethodRef | None) -> LockStatus:
     if ref is None:
         return LockStatus(LockState.MALFORMED, ["the lock is missing or unreadable"])
-    method = all_methods().get(ref.id)
+    method = find_method(ref.id)
     if method is None:
         return LockStatus(LockState.MALFORMED, [f"the catalog has no method {ref.id!r}"])
     reasons = []

@@ -201,14 +201,14 @@ def _print_plan(prepared: Prepared, variants: list[dict[str, Any]], rule: EarlyS
 def _send(
     client: Any, prepared: Prepared, variants: list[dict[str, Any]], rule: EarlyStop | None
 ) -> None:
-    from starforge.client import pending
+    from starforge.client import pending, uploads
     from starforge.contract.errors import ServerUnreachable, StarForgeError
     from starforge.contract.sweeps import SweepRequest
 
     by_digest = {f.sha256: f for f in prepared.manifest.files}
     missing = sorted(set(client.missing_blobs(sorted(by_digest))))
-    for digest in missing:  # one upload for every variant
-        client.upload_blob(digest, prepared.root / by_digest[digest].path)
+    todo = [by_digest[d] for d in missing]  # one upload for every variant, in batches
+    uploads.upload_files(client, prepared.root, todo, None, prepared.contents)
     content = {
         "spec": prepared.spec.model_dump(mode="json"),
         "manifest": prepared.manifest.model_dump(mode="json"),

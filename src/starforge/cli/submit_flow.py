@@ -93,6 +93,7 @@ class Prepared:
     pools: list[Pool] = field(default_factory=list)  # known after check_profiles
     hf_offline: bool = True  # the server's, known after check_profiles
     max_retries: int | None = None
+    contents: dict[str, bytes] = field(default_factory=dict)  # small files read while packing
 
     @property
     def method(self) -> Method:
@@ -232,7 +233,10 @@ def prepare(opts: SubmitOptions) -> Prepared:
         warnings.append(
             f"submitting uncommitted changes (--allow-dirty): {', '.join(state.changed)}"
         )
-    manifest = packer.build_manifest(lab.root, [*state.tracked, *state.untracked, *input_files])
+    contents: dict[str, bytes] = {}  # sha256 -> what was hashed: uploaded without a reread
+    manifest = packer.build_manifest(
+        lab.root, [*state.tracked, *state.untracked, *input_files], keep=contents
+    )
     assert exp.method is not None
     spec = JobSpec(
         project=lab.name,
@@ -275,6 +279,7 @@ def prepare(opts: SubmitOptions) -> Prepared:
         strict=not opts.no_validate,
         warnings=warnings,
         max_retries=opts.max_retries,
+        contents=contents,
     )
 
 
@@ -306,7 +311,7 @@ def upload_and_submit(
     todo_bytes = sum(f.size for f in todo)
     if on_upload_start:
         on_upload_start(len(todo), todo_bytes)
-    uploads.upload_files(client, prepared.root, todo, on_progress)
+    uploads.upload_files(client, prepared.root, todo, on_progress, prepared.contents)
     # A rerun after a lost answer or Ctrl-C sends the same key: the server returns its run.
     content = {
         "spec": prepared.spec.model_dump(mode="json"),

@@ -92,8 +92,12 @@ class Client:
         return model.read(self._send("GET", path, params=clean).content)
 
     def _post(self, path: str, model: type[M], body: BaseModel | None = None) -> M:
-        content = body.model_dump(mode="json") if body is not None else None
-        return model.read(self._send("POST", path, json=content).content)
+        if body is None:
+            return model.read(self._send("POST", path).content)
+        # Serialised by pydantic-core in one pass (a manifest has thousands of entries).
+        content = body.model_dump_json().encode()
+        headers = {"Content-Type": "application/json"}
+        return model.read(self._send("POST", path, content=content, headers=headers).content)
 
     # ---- endpoints ----------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ as warnings; ignored files never travel.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,7 +61,8 @@ def read_state(root: Path, prefixes: list[str]) -> GitState:
     untracked = _split_z(_git(root, "ls-files", "-z", "--others", "--exclude-standard", *specs))
     status = _split_z(_git(root, "status", "--porcelain=v1", "-z", "--untracked-files=no", *specs))
     changed = sorted(_changed_paths(status))
-    deleted = {p for p in tracked if not (root / p).exists()}
+    base = str(root)  # a string join per file: a lab may track thousands of them
+    deleted = {p for p in tracked if not os.path.exists(f"{base}/{p}")}
     return GitState(
         commit=head.stdout.strip(),
         tracked=sorted(set(tracked) - deleted),

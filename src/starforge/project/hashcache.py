@@ -116,7 +116,8 @@ class HashCache:
             fd, tmp = tempfile.mkstemp(prefix=".hashes.", dir=self.path.parent)
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                    json.dump(body, fh, separators=(",", ":"))
+                    # One string, then one write: json.dump writes each token on its own.
+                    fh.write(json.dumps(body, separators=(",", ":")))
                 os.replace(tmp, self.path)
             except OSError:
                 with contextlib.suppress(OSError):

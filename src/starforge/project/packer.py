@@ -20,13 +20,14 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from starforge.contract import sensitive
+from starforge.contract import blobbatch, sensitive
 from starforge.contract.errors import InputNotFound, UsageError
 from starforge.contract.jobspec import FileEntry, InputKind, InputRef, Manifest
 from starforge.contract.sensitive import Finding
 from starforge.project.hashcache import HashCache, now_ns, stat_key
 
 SHARED_DIRS = ("common", "configs")
+KEEP_BYTES = 256 << 20  # small files' contents kept in memory for the upload, at most
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
 _CHUNK = 1 << 20
 
@@ -92,11 +93,18 @@ def check_data_format(flag: str, value: str) -> None:
         )
 
 
-def build_manifest(root: Path, paths: list[str], cache: HashCache | None = None) -> Manifest:
+def build_manifest(
+    root: Path,
+    paths: list[str],
+    cache: HashCache | None = None,
+    keep: dict[str, bytes] | None = None,
+) -> Manifest:
     """Hash every file (lab-relative paths) into a manifest; refuse the whole package, naming
     every offender and why, when any file is sensitive (by name or content) or is a link that
     leaves the package. Links inside the package travel as links. ``cache``: the lab's hash
-    cache (by default the one in the client's home)."""
+    cache (by default the one in the client's home). ``keep``: filled with the content, by
+    sha256, of the small files read here (at most :data:`KEEP_BYTES` in all), so that uploading
+    them needs no second read and sends exactly what was hashed and checked."""
     unique = sorted(set(paths))
     packed = set(unique)
     real_root = Path(os.path.realpath(root))
@@ -104,8 +112,9 @@ def build_manifest(root: Path, paths: list[str], cache: HashCache | None = None)
         cache = HashCache(root)
     entries: list[FileEntry] = []
     findings: dict[str, Finding] = {}
+    kept = _Kept(keep)
     for rel in unique:
-        got = _pack_one(root, real_root, rel, packed, cache)
+        got = _pack_one(root, real_root, rel, packed, cache, kept)
         if isinstance(got, Finding):
             findings[rel] = got
         else:
@@ -119,8 +128,28 @@ def build_manifest(root: Path, paths: list[str], cache: HashCache | None = None)
     return Manifest(files=entries)
 
 
+@dataclass
+class _Kept:
+    """Small files' contents kept for the upload, within a budget of memory."""
+
+    into: dict[str, bytes] | None
+    size: int = 0
+
+    def wants(self, size: int) -> bool:
+        return (
+            self.into is not None
+            and size <= blobbatch.SMALL_BLOB_BYTES
+            and self.size + size <= KEEP_BYTES
+        )
+
+    def add(self, digest: str, data: bytes) -> None:
+        if self.into is not None and digest not in self.into:
+            self.into[digest] = data
+            self.size += len(data)
+
+
 def _pack_one(
-    root: Path, real_root: Path, rel: str, packed: set[str], cache: HashCache
+    root: Path, real_root: Path, rel: str, packed: set[str], cache: HashCache, kept: _Kept
 ) -> FileEntry | Finding:
     """One file's entry, or why it may not travel. A link is never followed out of the lab."""
     where = os.path.join(root, rel)  # a string: pathlib's parsing costs more than the stat
@@ -140,23 +169,24 @@ def _pack_one(
         return found
     if st is None:
         return Finding("file.special", "not a regular file")
-    path = Path(where)
     link: str | None = None
     if stat.S_ISLNK(st.st_mode):
-        target = _link_target(path, real_root, packed)
+        target = _link_target(Path(where), real_root, packed)
         if isinstance(target, Finding):
             return target
         link = posixpath.relpath(target, posixpath.dirname(rel) or ".")
-        st = os.stat(path)
+        st = os.stat(where)
     elif stat.S_ISDIR(st.st_mode):
         return Finding("file.directory", "a directory, not a file (a git submodule?)")
     elif not stat.S_ISREG(st.st_mode):
         return Finding("file.special", "not a regular file")
     started = now_ns()
-    digest, size, head, after = _hash(path)
+    digest, size, head, after, whole = _hash(where, keep=kept.wants(st.st_size))
     found = sensitive.check_content(head)
     if found is not None:
         return found
+    if whole is not None and kept.wants(len(whole)):
+        kept.add(digest, whole)
     if link is None and stat_key(after) == stat_key(st) and size == st.st_size:
         cache.store(rel, st, digest, started)
     return FileEntry(
@@ -185,17 +215,22 @@ def _link_target(path: Path, real_root: Path, packed: set[str]) -> str | Finding
     return sensitive.check_path(target) or target
 
 
-def _hash(path: Path) -> tuple[str, int, bytes, os.stat_result]:
-    """sha256, size, the first bytes (for the content check) in one read, and the stat after
-    it (a file that changed while it was read is not cached)."""
+def _hash(path: str, keep: bool = False) -> tuple[str, int, bytes, os.stat_result, bytes | None]:
+    """sha256, size, the first bytes (for the content check) in one read, the stat after it
+    (a file that changed while it was read is not cached), and with ``keep`` the whole content
+    (what was hashed, whatever the file holds now)."""
     digest = hashlib.sha256()
     head = b""
     size = 0
-    with path.open("rb") as fh:
+    chunks: list[bytes] | None = [] if keep else None
+    with open(path, "rb", buffering=0) as fh:  # unbuffered: each read goes straight to hashing
         while chunk := fh.read(_CHUNK):
             if len(head) < sensitive.HEAD_BYTES:
                 head += chunk[: sensitive.HEAD_BYTES - len(head)]
             digest.update(chunk)
             size += len(chunk)
+            if chunks is not None:
+                chunks.append(chunk)
         after = os.fstat(fh.fileno())
-    return digest.hexdigest(), size, head, after
+    whole = b"".join(chunks) if chunks is not None else None
+    return digest.hexdigest(), size, head, after, whole
