@@ -72,7 +72,7 @@ def owned(session: Session, user: str, digests: list[str]) -> set[str]:
 def missing(rt: Runtime, user: str, digests: list[str]) -> list[str]:
     """The digests ``user`` must upload: those the user never sent, or the store lost."""
     _check(digests)
-    with rt.transaction() as session:
+    with rt.reading() as session:
         have = owned(session, user, digests)
     return sorted({d for d in digests if d not in have or not rt.storage.has(d)})
 
