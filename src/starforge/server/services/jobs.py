@@ -378,9 +378,13 @@ def hide_others_in(rt: Runtime, user: str, text: str) -> str:
     return _hide(text, others)
 
 
+_OTHERS = select(Run.id).where(
+    Run.id.in_(bindparam("named", expanding=True)), Run.user != bindparam("user")
+)
+
+
 def _others(session: Session, user: str, named: set[str]) -> set[str]:
-    query = select(Run.id).where(Run.id.in_(named), Run.user != str(user))
-    return set(session.scalars(query).all())
+    return set(session.scalars(_OTHERS, {"named": sorted(named), "user": str(user)}).all())
 
 
 def _hide(text: str, others: set[str]) -> str:

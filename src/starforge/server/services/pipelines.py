@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import Select, or_, select
+from sqlalchemy import Select, bindparam, or_, select
 from sqlalchemy.orm import Session
 
 from starforge.contract.api import RunView, StepView
@@ -18,17 +18,21 @@ from starforge.contract.states import JobStatus
 from starforge.server.db.models import Run
 from starforge.server.db.steps import RunStep
 
+_IDS = bindparam("ids", expanding=True)
+# Built once: every view of a run asks it.
+_STEPS = (
+    select(RunStep, Run.status, Run.reason)
+    .join(Run, Run.id == RunStep.run_id)
+    .where(or_(RunStep.root_run_id.in_(_IDS), RunStep.run_id.in_(_IDS)))
+)
+
 
 def attach(session: Session, rows: Sequence[Run], views: Sequence[RunView]) -> None:
     """Fill ``steps`` and ``step`` of the views of ``rows`` (in the same order)."""
     ids = [r.id for r in rows]
     if not ids:
         return
-    found = session.execute(
-        select(RunStep, Run.status, Run.reason)
-        .join(Run, Run.id == RunStep.run_id)
-        .where(or_(RunStep.root_run_id.in_(ids), RunStep.run_id.in_(ids)))
-    ).all()
+    found = session.execute(_STEPS, {"ids": ids}).all()
     by_root: dict[str, dict[int, StepView]] = {}
     by_run: dict[str, StepView] = {}
     for row, status, reason in found:
