@@ -321,7 +321,7 @@ def _store_file(rt: Runtime, user: str, path: Path) -> str:
 def publish_output(rt: Runtime, run_id: str) -> DatasetPushResult | None:
     """Publish a succeeded run's ``FORGE_DATASET_OUT_DIR`` as its ``--output-dataset`` (None when
     the run asked for none, or has not succeeded). Its owner's push, with the same checks."""
-    with rt.transaction() as session:
+    with rt.reading() as session:
         run = session.get(Run, run_id)
         if run is None or run.status != JobStatus.SUCCEEDED:
             return None
@@ -358,7 +358,7 @@ def _publish_and_say(rt: Runtime, run_id: str) -> None:
         log.warning("run %s: %s", run_id, line)
     if not line:
         return
-    with rt.transaction() as session:
+    with rt.reading() as session:
         run = session.get(Run, run_id)
         if run is None:
             return

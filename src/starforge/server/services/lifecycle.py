@@ -267,9 +267,10 @@ def handle_many(
             raise RunNotFound(f"no run {run_id}")
         check_run_token(run, token)
         outcomes = [apply_event(session, run, ev, rt=rt) for ev in events]
+        publishes = bool((run.spec or {}).get("output_dataset"))
     for outcome in outcomes:
         act_on(rt, outcome)
-    if any(o.ended for o in outcomes):  # a succeeded run's --output-dataset becomes a version
+    if publishes and any(o.ended for o in outcomes):  # --output-dataset becomes a version
         datasets.publish_after(rt, run_id)
     return outcomes
 
