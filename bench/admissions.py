@@ -139,24 +139,36 @@ def slurm(cluster: Cluster, n: int) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=400, help="submissions per series")
+def side_by_side(
+    doc: str,
+    default_n: int,
+    ours: Callable[[Path, int], dict[str, Any]],
+    anchor: Callable[[Cluster, Path, int], dict[str, Any]],
+) -> None:
+    """The shared command line of the benches with a Slurm anchor: ``--n``, ``--slurm`` (start
+    the cluster if needed), ``--no-slurm``; StarForge first, then the anchor, one JSON document
+    with the machine's load before and after."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--n", type=int, default=default_n)
     parser.add_argument("--slurm", action="store_true", help="start Slurm's cluster if needed")
     parser.add_argument("--no-slurm", action="store_true", help="StarForge alone")
     args = parser.parse_args()
     report: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "load_before": load()}}
     with tempfile.TemporaryDirectory() as tmp:
-        report["starforge"] = starforge(Path(tmp), args.n)
-    if not args.no_slurm:
-        cluster = Cluster(start=args.slurm)
-        try:
-            report["slurm"] = slurm(cluster, args.n)
-        finally:
-            cluster.close()
+        report["starforge"] = ours(Path(tmp), args.n)
+        if not args.no_slurm:
+            cluster = Cluster(start=args.slurm)
+            try:
+                report["slurm"] = anchor(cluster, Path(tmp), args.n)
+            finally:
+                cluster.close()
     report["machine"]["load_after"] = load()
     json.dump(report, sys.stdout, indent=2)
     print()
+
+
+def main() -> None:
+    side_by_side(__doc__, 400, starforge, lambda cluster, _, n: slurm(cluster, n))
 
 
 if __name__ == "__main__":

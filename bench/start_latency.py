@@ -15,17 +15,12 @@ Usage: .venv/bin/python bench/start_latency.py [--n 15] [--slurm]
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import random
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from admissions import CONFIG, Cluster, load
+from admissions import CONFIG, Cluster, side_by_side
 from resources import Server, event_at, package, post, wait_status
 
 AIM_P50_S = 0.2
@@ -85,23 +80,7 @@ def slurm(cluster: Cluster, root: Path, n: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=15)
-    parser.add_argument("--slurm", action="store_true", help="start Slurm's cluster if needed")
-    parser.add_argument("--no-slurm", action="store_true", help="StarForge alone")
-    args = parser.parse_args()
-    report: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "load_before": load()}}
-    with tempfile.TemporaryDirectory() as tmp:
-        report["starforge"] = starforge(Path(tmp), args.n)
-        if not args.no_slurm:
-            cluster = Cluster(start=args.slurm)
-            try:
-                report["slurm"] = slurm(cluster, Path(tmp), args.n)
-            finally:
-                cluster.close()
-    report["machine"]["load_after"] = load()
-    json.dump(report, sys.stdout, indent=2)
-    print()
+    side_by_side(__doc__, 15, starforge, slurm)
 
 
 if __name__ == "__main__":
