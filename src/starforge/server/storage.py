@@ -128,16 +128,18 @@ class Storage:
     # ---- blobs -------------------------------------------------------------------------------
 
     def blob_path(self, digest: str) -> Path:
-        return Path(self._blob_file(_check_digest(digest)))
+        return Path(self.blob_file(_check_digest(digest)))
 
-    def _blob_file(self, digest: str) -> str:
+    def blob_file(self, digest: str) -> str:
+        """Where a *checked* sha256's blob lives, as a string (no check, no ``Path``): for
+        callers that handle thousands of digests they have already validated."""
         return f"{self._shards}/{digest[:2]}/{digest[2:]}"
 
     def path(self, digest: str) -> Path:
         return self.blob_path(digest)
 
     def has(self, digest: str) -> bool:
-        return is_sha256(digest) and os.path.isfile(self._blob_file(digest))
+        return is_sha256(digest) and os.path.isfile(self.blob_file(digest))
 
     def missing(self, digests: list[str]) -> list[str]:
         return sorted({d for d in digests if not self.has(d)})

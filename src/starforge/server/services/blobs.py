@@ -39,7 +39,7 @@ from starforge.contract.names import is_sha256
 from starforge.server.db.blobs import UserBlob
 from starforge.server.db.models import UTCDateTime, utcnow
 from starforge.server.runtime import Runtime
-from starforge.server.storage import UPLOAD_PREFIX, UPLOAD_SUFFIX
+from starforge.server.storage import UPLOAD_PREFIX, UPLOAD_SUFFIX, Storage
 
 
 def _check(digests: list[str]) -> None:
@@ -75,17 +75,6 @@ def missing(rt: Runtime, user: str, digests: list[str]) -> list[str]:
     with rt.reading() as session:
         have = owned(session, user, digests)
     return sorted({d for d in digests if d not in have or not rt.storage.has(d)})
-
-
-def _shard_root(rt: Runtime) -> str:
-    """The folder of the store's shards (``<root>/blobs/sha256``), taken from its layout once:
-    a batch names thousands of blobs, and a string join costs far less than a ``Path`` each."""
-    return os.path.dirname(os.path.dirname(rt.storage.blob_path("0" * 64)))
-
-
-def _blob_file(shards: str, digest: str) -> str:
-    """Where ``digest`` (a checked sha256) lives, as :meth:`StorageLayout.blob` says."""
-    return f"{shards}/{digest[:2]}/{digest[2:]}"
 
 
 def require_owned(rt: Runtime, user: str, digests: list[str]) -> None:
@@ -175,12 +164,12 @@ def store_batch(rt: Runtime, user: str, body: bytes) -> tuple[int, int]:
                 details={"expected": digest, "actual": actual, "size": len(data)},
             )
     with _WRITING:
-        _publish(_shard_root(rt), frames)
+        _publish(rt.storage, frames)
     record_many(rt, user, [d for d, _ in frames])
     return len(frames), sum(len(data) for _, data in frames)
 
 
-def _publish(root: str, frames: list[tuple[str, memoryview]]) -> None:
+def _publish(storage: Storage, frames: list[tuple[str, memoryview]]) -> None:
     """Write the blobs not stored yet under temporary names, sync once, then rename them into
     place: a crash leaves either nothing or whole, durable blobs under their names."""
     staged: list[tuple[str, str]] = []
@@ -190,11 +179,11 @@ def _publish(root: str, frames: list[tuple[str, memoryview]]) -> None:
     chmod = not _umask_keeps_644()  # read per batch: cheap, and never out of date
     try:
         for i, (digest, data) in enumerate(frames):
-            final = _blob_file(root, digest)
+            final = storage.blob_file(digest)  # parse() checked it, and its content hashed to it
             if digest in seen or os.path.isfile(final):
                 continue  # already stored: the upload proved the sender has the content
             seen.add(digest)
-            shard = f"{root}/{digest[:2]}"
+            shard = os.path.dirname(final)
             if shard not in made:
                 os.makedirs(shard, exist_ok=True)
                 made.add(shard)
