@@ -95,12 +95,13 @@ def check_pipeline(spec: JobSpec, method: Method) -> None:
 
 
 def run_pools(run: Run) -> list[Pool]:
-    """A run's pools as admission resolved them: the one typed reader of ``run.pools``."""
+    """A run's pools as admission resolved them."""
     return stored_pools(run.pools)
 
 
 def stored_pools(pools: list[dict[str, Any]]) -> list[Pool]:
-    """The column ``runs.pools`` as typed pools (read leniently: it was stored)."""
+    """The column ``runs.pools`` as typed pools (read leniently: it was stored): the one typed
+    reader of that column."""
     return [Pool.read(p) for p in pools]
 
 

@@ -36,7 +36,7 @@ from starforge.server.db import labops
 from starforge.server.db.engine import read_only
 from starforge.server.db.models import Attempt, Run, utcnow
 from starforge.server.runtime import Runtime
-from starforge.server.services import accounting, quotas, scheduler
+from starforge.server.services import accounting, admission, quotas, scheduler
 
 REFRESH_S = 10.0  # a full cluster still gets a pass this often: fair share's patience moves runs
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -66,7 +66,7 @@ def _slots(allocation: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
 
 def _pools(stored: list[dict[str, Any]] | None) -> tuple[Pool, ...]:
     """A run's stored pools (read leniently: a newer server may have added fields)."""
-    return tuple(Pool.read(p) for p in stored or [])
+    return tuple(admission.stored_pools(stored or []))
 
 
 def to_holdings(rows: Iterable[Sequence[Any]]) -> list[scheduler.Holding]:
