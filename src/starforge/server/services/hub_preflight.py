@@ -57,10 +57,16 @@ def _unreachable(settings: Settings, repo: str, why: str) -> list[str]:
     return [f"{message}; admitted unchecked"]
 
 
+def applies(settings: Settings, spec: JobSpec) -> bool:
+    """Whether :func:`check` asks the hub anything for ``spec`` (a hub ``--model``, enabled)."""
+    model = spec.inputs.model
+    return model is not None and model.kind is InputKind.HUB and enabled(settings)
+
+
 def check(settings: Settings, spec: JobSpec, hf_token: str | None) -> list[str]:
     """Raise :class:`Rejected` for a missing or inaccessible hub model; return warnings."""
     model = spec.inputs.model
-    if model is None or model.kind is not InputKind.HUB or not enabled(settings):
+    if model is None or not applies(settings, spec):
         return []
     repo = model.value
     if _offline_mode():

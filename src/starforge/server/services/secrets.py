@@ -154,8 +154,13 @@ def admit_secrets(rt: Runtime, user: str, spec: JobSpec, config: dict[str, Any])
     """Reject a run asking for a secret ``user`` cannot use (naming each), then run the hub
     preflight of its ``--model`` with the user's ``HF_TOKEN``; return warnings."""
     wanted = requested(spec, config)
+    names = [r.name for r in wanted]
+    if hub_preflight.applies(rt.settings, spec):
+        names.append(HF_TOKEN)
+    if not names:  # most runs: no secret and no hub model, so nothing to read
+        return []
     with rt.reading() as session:  # admission reads: it never waits for the writer
-        rows = usable(session, user, [r.name for r in wanted] + [HF_TOKEN])
+        rows = usable(session, user, names)
         missing = [r.name for r in wanted if r.name not in rows]
         hf_token = _open(rt, rows[HF_TOKEN]) if HF_TOKEN in rows else None
     if missing:
