@@ -113,7 +113,7 @@ def compose_config(
 
     def read(rel: str) -> str | None:
         digest = by_path.get(rel)
-        return storage.blob_path(digest).read_text() if digest else None
+        return storage.read_blob(digest).decode() if digest else None
 
     return run_config(spec, method, read)
 
@@ -216,11 +216,7 @@ def check_observability(spec: JobSpec, method: Method, config: dict[str, Any]) -
 
 def _blob_head(storage: Storage, digest: str) -> bytes | None:
     """The first bytes of a stored blob (what the content check reads), or None when absent."""
-    path = storage.blob_path(digest)
-    if not path.is_file():
-        return None
-    with path.open("rb") as fh:
-        return fh.read(sensitive.HEAD_BYTES)
+    return storage.head(digest, sensitive.HEAD_BYTES)
 
 
 def admit(

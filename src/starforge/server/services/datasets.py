@@ -110,11 +110,7 @@ def _check_files(rt: Runtime, user: str, req: DatasetPush) -> list[FileEntry]:
     manifest = Manifest(files=sorted(req.files, key=lambda f: f.path))  # one tree, no twins
 
     def head(digest: str) -> bytes | None:
-        path = rt.storage.blob_path(digest)
-        if not path.is_file():
-            return None
-        with path.open("rb") as fh:
-            return fh.read(sensitive.HEAD_BYTES)
+        return rt.storage.head(digest, sensitive.HEAD_BYTES)
 
     sensitive.refuse_manifest(manifest, read_head=head)
     blobs.require_owned(rt, user, manifest.digests())
