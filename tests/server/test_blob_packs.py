@@ -65,6 +65,10 @@ def test_a_packed_blob_reads_back_exactly_its_bytes_and_not_its_neighbours(rt: R
         assert rt.storage.read_blob(digest) == data
         assert rt.storage.head(digest, 4) == data[:4]
     assert rt.storage.head(_sha(b"never stored"), 4) is None
+    digests = [_sha(c) for c in contents]
+    loose = rt.storage.put_bytes(b"a file of its own")
+    heads = rt.storage.heads([*digests, loose, _sha(b"never stored")], 4)
+    assert heads == {**{_sha(c): c[:4] for c in contents}, loose: b"a fi"}
 
 
 def test_a_blob_stored_already_is_not_packed_again(rt: Runtime) -> None:
