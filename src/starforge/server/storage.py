@@ -206,9 +206,9 @@ class Storage:
         for digest in set(digests) - extents.keys():
             if not is_sha256(digest):
                 continue
-            with contextlib.suppress(FileNotFoundError):  # a file of its own, or absent
-                with open(self.blob_file(digest), "rb") as fh:
-                    found[digest] = fh.read(size)
+            path = self.blob_file(digest)  # a file of its own, or absent
+            with contextlib.suppress(FileNotFoundError), open(path, "rb") as fh:
+                found[digest] = fh.read(size)
         for digest, extent in extents.items():
             by_pack.setdefault(extent.pack, []).append(digest)
         for pack, packed in by_pack.items():
