@@ -97,3 +97,13 @@ def test_the_runner_unpacks_a_package_of_packed_blobs_from_what_run_json_says(
     for path, data in contents.items():
         assert (work / path).read_bytes() == data
     assert (work / "big.bin").read_bytes() == b"a file of its own\n"
+
+
+def test_the_blobs_of_a_lost_pack_file_are_missing_again(rt: Runtime) -> None:
+    digests = _store(rt, [b"kept only in the pack", b"and its neighbour"])
+    (pack,) = _files(rt.storage.root, "packs")
+    pack.unlink()
+    assert blobs.missing(rt, "alice", digests) == sorted(digests)  # so the client sends them again
+    _store(rt, [b"kept only in the pack", b"and its neighbour"])
+    assert blobs.missing(rt, "alice", digests) == []
+    assert rt.storage.read_blob(digests[0]) == b"kept only in the pack"

@@ -159,7 +159,9 @@ class Storage:
         wanted = set(digests)
         # The packs first: a package's small files are packed, and one query answers for 500
         # of them where a file system lookup each would cost a stat per file.
-        packed = self.locate(sorted(d for d in wanted if is_sha256(d))).keys()
+        located = self.locate(sorted(d for d in wanted if is_sha256(d)))
+        here = {p: self.layout.pack(p).is_file() for p in {e.pack for e in located.values()}}
+        packed = {d for d, e in located.items() if here[e.pack]}  # a lost pack: its blobs too
         return sorted(
             d for d in wanted - packed if not (is_sha256(d) and os.path.isfile(self.blob_file(d)))
         )

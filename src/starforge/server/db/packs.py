@@ -3,8 +3,8 @@
 A blob of a batch is stored in the batch's pack file, and this table is what makes it a stored
 blob: a row is written in the same transaction as the uploader's ``user_blobs`` rows, after the
 pack is durable, so a crash leaves either a recorded, durable blob or an unrecorded pack file
-(garbage: nothing names it, nothing reads it). A digest has at most one row (the first pack to
-record it wins; a later copy is never read).
+(garbage: nothing names it, nothing reads it). A digest has one row: the latest pack to store
+it (a blob is packed again only when the store lacks it, e.g. its pack file was lost).
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ class PackIndex:
 
 
 def record(session: Session, pack: str, extents: dict[str, Extent]) -> None:
-    """Record ``extents`` (all in ``pack``) in the caller's transaction; a digest recorded
-    already keeps its first location."""
+    """Record ``extents`` (all in ``pack``) in the caller's transaction, replacing the location
+    a digest had (the caller packs only blobs the store lacks)."""
     if not extents:
         return
     now = utcnow()
@@ -74,11 +74,13 @@ def record(session: Session, pack: str, extents: dict[str, Extent]) -> None:
         {"digest": d, "pack": pack, "start": e.offset, "size": e.size, "created_at": now}
         for d, e in extents.items()
     ]
-    session.execute(postgresql_insert(BlobPack.__table__).on_conflict_do_nothing(), values)
+    insert = postgresql_insert(BlobPack.__table__)
+    moved = {c: insert.excluded[c] for c in ("pack", "start", "size", "created_at")}
+    session.execute(insert.on_conflict_do_update(index_elements=["digest"], set_=moved), values)
 
 
 _SQLITE_RECORD = text(
-    "INSERT OR IGNORE INTO blob_packs (digest, pack, start, size, created_at) "
+    "INSERT OR REPLACE INTO blob_packs (digest, pack, start, size, created_at) "
     "SELECT json_extract(value, '$[0]'), :pack, json_extract(value, '$[1]'), "
     "json_extract(value, '$[2]'), :now FROM json_each(:rows)"
 ).bindparams(bindparam("now", type_=UTCDateTime()))
