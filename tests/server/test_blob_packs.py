@@ -11,9 +11,11 @@ import pytest
 from sqlalchemy import func, select
 
 from starforge.contract import blobbatch
+from starforge.contract.datasets import RESOLVED_KEY, Resolved, manifest_bytes
 from starforge.contract.errors import BlobDigestMismatch
 from starforge.contract.jobspec import FileEntry, Manifest
 from starforge.contract.packs import read_extents
+from starforge.runner import datasets
 from starforge.runner.unpack import unpack
 from starforge.server.db.packs import BlobPack
 from starforge.server.runtime import Runtime
@@ -107,3 +109,20 @@ def test_the_blobs_of_a_lost_pack_file_are_missing_again(rt: Runtime) -> None:
     _store(rt, [b"kept only in the pack", b"and its neighbour"])
     assert blobs.missing(rt, "alice", digests) == []
     assert rt.storage.read_blob(digests[0]) == b"kept only in the pack"
+
+
+def test_the_runner_fetches_a_dataset_of_packed_files_from_what_run_json_says(
+    rt: Runtime, tmp_path: Path
+) -> None:
+    files = {"train.jsonl": b'{"prompt": "a"}\n' * 50, "val.jsonl": b'{"prompt": "b"}\n'}
+    _store(rt, list(files.values()))
+    entries = [FileEntry(path=p, sha256=_sha(d), size=len(d)) for p, d in files.items()]
+    manifest = rt.storage.put_bytes(manifest_bytes(entries))  # as a dataset push stores it
+    r = Resolved(owner="alice", name="ds", version="v1", path=".", manifest_sha256=manifest)
+    run_dir = tmp_path / "run"
+    config = {RESOLVED_KEY: {"dataset": r.model_dump(mode="json")}}
+    rt.storage.write_run_json(run_dir, {}, Manifest(files=[]).model_dump(mode="json"), config)
+    written = json.loads(rt.storage.run_json_path(run_dir).read_text())
+    assert sorted(written["packs"]) == sorted(_sha(d) for d in files.values())
+    folder, fetched = datasets.ensure(rt.storage.root, r, packs=read_extents(written["packs"]))
+    assert fetched and {p: (folder / p).read_bytes() for p in files} == files
