@@ -1,5 +1,6 @@
 """A run's ``run.json`` tells the runner where packed blobs lie: a hostile entry must not make it
-read outside the pack store, and a tampered pack fails the attempt as corrupt."""
+read outside the pack store, and a tampered pack fails the attempt as corrupt. A packed blob is
+checked at admission like any other (the content check reads it from its pack)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from starforge.contract.errors import RunnerError
 from starforge.contract.jobspec import FileEntry, Manifest
 from starforge.contract.packs import Extent, read_extents
 from starforge.runner.unpack import unpack
+from tests.server.factories import request
 
 from .conftest import ALICE, runtime
 
@@ -88,3 +90,17 @@ def test_a_flipped_byte_in_a_pack_fails_the_attempt_as_corrupt(
     with pytest.raises(RunnerError, match=f"blob {digest} is corrupt.*resubmit the run"):
         unpack(manifest, root, tmp_path / "work", extents)
     assert not (tmp_path / "work").exists()
+
+
+def test_a_key_sent_in_a_batch_under_a_harmless_name_is_refused_by_its_content(
+    client: TestClient,
+) -> None:
+    pem = b"-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----\n"
+    body = blobbatch.encode([(_sha(pem), pem), (_sha(b"x = 1\n"), b"x = 1\n")])
+    assert client.post("/blobs/batch", content=body, headers={**ALICE, **BATCH}).status_code == 201
+    assert runtime(client).storage.locate([_sha(pem)])  # it lies in a pack, not in a file
+    req = request(runtime(client))
+    req.manifest.files.append(FileEntry(path="common/notes.txt", sha256=_sha(pem), size=len(pem)))
+    resp = client.post("/jobs", json=req.model_dump(mode="json"), headers=ALICE)
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["details"]["files"] == ["common/notes.txt"]

@@ -172,10 +172,6 @@ class Storage:
             return {}
         return self._locate(digests)
 
-    @property
-    def packs_dir(self) -> Path:
-        return self.layout.packs
-
     def open_blob(self, digest: str, extents: Mapping[str, Extent] | None = None) -> BinaryIO:
         """A binary reader of exactly the blob's bytes, a file of its own or packed; raises
         :class:`FileNotFoundError` when the store does not hold it. ``extents``: what
@@ -205,18 +201,14 @@ class Storage:
         extents = self.locate(sorted({d for d in digests if is_sha256(d)}))
         found: dict[str, bytes] = {}
         by_pack: dict[str, list[str]] = {}
-        for digest in set(digests) - extents.keys():
-            if not is_sha256(digest):
-                continue
-            path = self.blob_file(digest)  # a file of its own, or absent
-            with contextlib.suppress(FileNotFoundError), open(path, "rb") as fh:
-                found[digest] = fh.read(size)
         for digest, extent in extents.items():
             by_pack.setdefault(extent.pack, []).append(digest)
+        unpacked = [d for d in set(digests) - extents.keys() if is_sha256(d)]
         for pack, packed in by_pack.items():
             try:
                 fd = os.open(self.layout.pack(pack), os.O_RDONLY)
-            except FileNotFoundError:
+            except FileNotFoundError:  # a lost pack: its blobs may be files of their own again
+                unpacked.extend(packed)
                 continue
             try:
                 for digest in packed:
@@ -224,6 +216,10 @@ class Storage:
                     found[digest] = os.pread(fd, min(size, extent.size), extent.offset)
             finally:
                 os.close(fd)
+        for digest in unpacked:
+            path = self.blob_file(digest)  # a file of its own, or absent
+            with contextlib.suppress(FileNotFoundError), open(path, "rb") as fh:
+                found[digest] = fh.read(size)
         return found
 
     def read_blob(self, digest: str) -> bytes:
