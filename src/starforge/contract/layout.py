@@ -8,6 +8,7 @@ the paths of a run on a root it has never seen (``<storage>``)::
 
     <root>/control-plane.json                          the beacon (rewritten by each server start)
     <root>/blobs/sha256/<2 hex>/<62 hex>               content-addressed files
+    <root>/blobs/packs/<32 hex>.pack                   batches of small blobs (contract.packs)
     <root>/cache/datasets/<owner>/<name>/<version>/    datasets pulled for runs
     <root>/runs/<user>/<project>/<experiment>/<run_id>/
         work/                                          the unpacked package
@@ -50,6 +51,15 @@ class StorageLayout:
     def blob(self, digest: str) -> Path:
         """A content-addressed file; ``digest`` must already be a checked sha256 hex string."""
         return self.root / "blobs" / "sha256" / digest[:2] / digest[2:]
+
+    @property
+    def packs(self) -> Path:
+        """The folder of the pack files (many small blobs each; :mod:`starforge.contract.packs`)."""
+        return self.root / "blobs" / "packs"
+
+    def pack(self, name: str) -> Path:
+        """A pack file; ``name`` must already be a checked pack name (``contract.packs``)."""
+        return self.packs / name
 
     def dataset_cache(self, owner: str, name: str, version: str) -> Path:
         return self.root / "cache" / "datasets" / owner / name / version

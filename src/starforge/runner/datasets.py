@@ -2,7 +2,8 @@
 
 ``<root>/cache/datasets/<owner>/<name>/<version>/`` holds one version's files, shared by all the
 runs of the storage root. The runner reads the blobs straight from the root's content-addressed
-store (as :mod:`starforge.runner.unpack` does for packages); the version's manifest is a blob too,
+store, a file of their own or an extent of a pack (as :mod:`starforge.runner.unpack` does for
+packages); the version's manifest is a blob too,
 named by the sha256 admission recorded, so what is fetched is exactly what was admitted.
 
 Guarantees:
@@ -40,7 +41,8 @@ from starforge.contract.errors import RunnerError
 from starforge.contract.jobspec import InputKind, InputRef, Manifest, check_relpath
 from starforge.contract.layout import StorageLayout
 from starforge.contract.names import check_name
-from starforge.runner.unpack import _copy_verified
+from starforge.contract.packs import Extent, open_extent
+from starforge.runner.unpack import _copy_verified, blob_source
 
 LIMIT_ENV = "STARFORGE_DATASET_CACHE_BYTES"
 _HELD: list[IO[bytes]] = []  # this runner's shared locks on the versions its run uses
@@ -56,12 +58,18 @@ def _parts(r: Resolved) -> list[tuple[str, str]]:
     return [("dataset owner", r.owner), ("dataset", r.name), ("dataset version", r.version)]
 
 
-def load_manifest(storage_root: Path, digest: str) -> Manifest:
+def load_manifest(
+    storage_root: Path, digest: str, packs: dict[str, Extent] | None = None
+) -> Manifest:
     """The version's manifest from the blob store, verified against its recorded sha256."""
-    path = StorageLayout(storage_root).blob(digest)
+    source = blob_source(storage_root, digest, packs or {})
     try:
-        data = path.read_bytes()
-    except OSError:
+        if source is None:
+            raise FileNotFoundError(digest)
+        path, extent = source
+        with path.open("rb") if extent is None else open_extent(path, extent) as fh:
+            data = fh.read()
+    except (OSError, ValueError):
         raise RunnerError(f"the dataset manifest {digest} is missing from {storage_root}") from None
     if hashlib.sha256(data).hexdigest() != digest:
         raise RunnerError(f"the dataset manifest {digest} is corrupt in the blob store")
@@ -109,21 +117,25 @@ def hold(folder: Path) -> IO[bytes]:
 
 
 def ensure(
-    storage_root: Path, r: Resolved, held: list[IO[bytes]] | None = None
+    storage_root: Path,
+    r: Resolved,
+    held: list[IO[bytes]] | None = None,
+    packs: dict[str, Extent] | None = None,
 ) -> tuple[Path, bool]:
     """The cached folder of ``r``'s version, and whether this call fetched it (False: reused).
 
     With ``held``, the version's shared use lock is appended there (kept for the run's life);
-    without it, the lock is released on return."""
+    without it, the lock is released on return. ``packs``: the extents of the packed blobs (the
+    run's ``run.json``)."""
     final = cache_dir(storage_root, r)
-    manifest = load_manifest(storage_root, r.manifest_sha256)
+    manifest = load_manifest(storage_root, r.manifest_sha256, packs)
     use = hold(final)
     try:
         fetched = False
         if not is_complete(final, r.manifest_sha256, manifest):
             with _locked(final.with_name(final.name + ".lock")):
                 if not is_complete(final, r.manifest_sha256, manifest):  # nobody fetched it
-                    _fetch(storage_root, r.manifest_sha256, manifest, final)
+                    _fetch(storage_root, r.manifest_sha256, manifest, final, packs or {})
                     fetched = True
         os.utime(final / CACHE_MARKER)  # last used: now
     except BaseException:
@@ -190,16 +202,18 @@ def cache_limit(environ: dict[str, str] | None = None) -> int | None:
         return None
 
 
-def _fetch(storage_root: Path, digest: str, manifest: Manifest, final: Path) -> None:
+def _fetch(
+    storage_root: Path, digest: str, manifest: Manifest, final: Path, packs: dict[str, Extent]
+) -> None:
     staging = final.with_name(f"{final.name}.fetching-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
         for entry in manifest.files:
             if entry.symlink is not None:
                 raise RunnerError(f"dataset file {entry.path} is a link; datasets hold files")
-            src = StorageLayout(storage_root).blob(entry.sha256)
-            if not src.is_file():
+            source = blob_source(storage_root, entry.sha256, packs)
+            if source is None:
                 raise RunnerError(f"blob of dataset file {entry.path} is missing ({entry.sha256})")
-            _copy_verified(src, staging / entry.path, entry.sha256)
+            _copy_verified(source[0], staging / entry.path, entry.sha256, source[1])
         for path in [staging, *staging.rglob("*")]:  # readable by every run's job user
             path.chmod(0o755 if path.is_dir() else 0o644)
         marker = _marker(staging, digest, manifest)
@@ -226,20 +240,24 @@ def _location(folder: Path, path: str, manifest: Manifest) -> Path:
 
 
 def prepare(
-    storage_root: Path, resolved: dict[str, Resolved], inputs: dict[str, InputRef | None]
+    storage_root: Path,
+    resolved: dict[str, Resolved],
+    inputs: dict[str, InputRef | None],
+    packs: dict[str, Extent] | None = None,
 ) -> tuple[dict[str, InputRef], dict[str, str], list[str]]:
     """Fetch every resolved dataset; return the inputs rewritten to their cached paths, the
-    ``<NAME>_DATA_DIR`` variables, and one line per dataset for the log."""
+    ``<NAME>_DATA_DIR`` variables, and one line per dataset for the log. ``packs``: the
+    extents of the packed blobs (the run's ``run.json``)."""
     refs: dict[str, InputRef] = {}
     env: dict[str, str] = {}
     said: list[str] = []
     used: set[Path] = set()
     fetched_any = False
     for key, r in resolved.items():
-        folder, fetched = ensure(storage_root, r, _HELD)
+        folder, fetched = ensure(storage_root, r, _HELD, packs)
         used.add(folder)
         fetched_any = fetched_any or fetched
-        manifest = load_manifest(storage_root, r.manifest_sha256)
+        manifest = load_manifest(storage_root, r.manifest_sha256, packs)
         if inputs.get(key) is not None:
             location = _location(folder, r.path, manifest)
             refs[key] = InputRef(kind=InputKind.SHARED, value=str(location))

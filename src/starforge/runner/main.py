@@ -35,6 +35,7 @@ from starforge.contract.env import Binding, job_env
 from starforge.contract.errors import RunnerError, StarForgeError
 from starforge.contract.jobspec import JobSpec, Manifest
 from starforge.contract.layout import UNPACKED_MARKER, RunLayout
+from starforge.contract.packs import read_extents
 from starforge.contract.states import EndReason
 from starforge.runner import container, datasets, jobuser, slurm
 from starforge.runner import secrets as job_secrets
@@ -91,13 +92,14 @@ class Runner:
         # Admission composed the config once; a run.json without one (an older server) is
         # composed here from the package. Read leniently: run.json may come from a newer server.
         self.config: dict[str, Any] | None = data.get("config")
+        self.packs = read_extents(data.get("packs"))  # where packed blobs lie (no database here)
         return JobSpec.read(data["spec"]), Manifest.read(data["manifest"])
 
     def _prepare_work_dir(self, manifest: Manifest) -> None:
         work = Path(self.binding.work_dir)
         storage = Path(self.binding.storage_root)
         if self.binding.node_rank == 0:
-            written = unpack(manifest, storage, work)
+            written = unpack(manifest, storage, work, self.packs)
             what = f"unpacked {written} files" if written else "reused the unpacked package"
             self.say(f"{what} ({manifest.total_bytes} bytes) into {work}")
             return
@@ -123,7 +125,9 @@ class Runner:
         if not resolved:
             return spec
         inputs = {key: getattr(spec.inputs, key) for key in resolved}
-        refs, found, said = datasets.prepare(Path(self.binding.storage_root), resolved, inputs)
+        refs, found, said = datasets.prepare(
+            Path(self.binding.storage_root), resolved, inputs, self.packs
+        )
         self.dataset_env = {**self.dataset_env, **found}
         for line in said:
             self.say(line)

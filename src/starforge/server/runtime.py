@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from starforge.server.db.engine import make_engine, make_sessions, migrate, read_only
 from starforge.server.db.models import utcnow
+from starforge.server.db.packs import PackIndex
 from starforge.server.executors.base import Executor, SupportsInventory
 from starforge.server.executors.local import LocalExecutor
 from starforge.server.executors.slurm import SlurmExecutor
@@ -130,7 +131,7 @@ def build_runtime(
     """Connect the database (migrating it), prepare storage and the executor."""
     engine = make_engine(settings.db_url)
     migrate(engine)
-    storage = Storage(settings.storage)
+    storage = Storage(settings.storage, locate=PackIndex(engine))
     storage.root.mkdir(parents=True, exist_ok=True)
     rt = Runtime(
         settings=settings,

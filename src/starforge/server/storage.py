@@ -2,14 +2,18 @@
 
 Layout (one root, the same path on every node)::
 
-    <root>/blobs/sha256/<first 2 hex>/<remaining 62 hex>
+    <root>/blobs/sha256/<first 2 hex>/<remaining 62 hex>     a blob as a file of its own
+    <root>/blobs/packs/<32 hex>.pack                        the blobs of one upload batch
     <root>/runs/<user>/<project>/<experiment>/<run_id>/{work,out,logs,state}
 
 (named in :mod:`starforge.contract.layout`, the one place the server, the runner and the SDK
 agree on). Guarantees: a blob path exists only with content that hashes to its name (written to a
 temporary file in the same directory, fsynced, verified while streaming, then renamed into
 place), so a crash or a bad upload never leaves a half-written or wrong blob; an upload is cut off
-at its size limit, and the temporary file of a killed upload is removed at the next start.
+at its size limit, and the temporary file of a killed upload is removed at the next start. A
+packed blob (``services.blobs.store_batch``) is stored once the database records its extent
+(``db.packs``, asked through ``locate``); :meth:`Storage.open_blob` reads either kind, exactly
+the blob's bytes, and :meth:`Storage.has` / :meth:`Storage.missing` count both.
 
 A run's own files written when it is placed (``run.json``, the bindings) are replaced atomically
 (temporary file, rename; mode 0600 where they carry a secret) but not fsynced: they are derived
@@ -27,12 +31,18 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from starforge.contract.datasets import resolved_of
 from starforge.contract.errors import BlobDigestMismatch, BodyTooLarge, InvalidName
+from starforge.contract.jobspec import Manifest
 from starforge.contract.layout import RunLayout, StorageLayout
 from starforge.contract.names import is_sha256
+from starforge.contract.packs import Extent, open_extent
+
+Locate = Callable[[list[str]], dict[str, Extent]]
 
 
 def _check_digest(digest: str) -> str:
@@ -118,9 +128,12 @@ class BlobWriter:
 class Storage:
     """Paths under one storage root, and the few operations that must be atomic."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, locate: Locate | None = None) -> None:
+        """``locate``: the extents of the packed ones of some digests (``db.packs.PackIndex``);
+        without it (tests, tools), only blobs stored as files of their own are seen."""
         self.root = Path(root)
         self.layout = StorageLayout(self.root)
+        self._locate = locate
         # The layout's shard folder, taken once: a package names thousands of blobs, and one
         # string join each costs far less than building each path part by part.
         self._shards = str(self.layout.blob("0" * 64).parent.parent)
@@ -139,10 +152,80 @@ class Storage:
         return self.blob_path(digest)
 
     def has(self, digest: str) -> bool:
-        return is_sha256(digest) and os.path.isfile(self.blob_file(digest))
+        return not self.missing([digest])
 
     def missing(self, digests: list[str]) -> list[str]:
-        return sorted({d for d in digests if not self.has(d)})
+        """Those of ``digests`` the store holds neither as a file nor in a pack."""
+        wanted = set(digests)
+        # The packs first: a package's small files are packed, and one query answers for 500
+        # of them where a file system lookup each would cost a stat per file.
+        located = self.locate(sorted(d for d in wanted if is_sha256(d)))
+        here = {p: self.layout.pack(p).is_file() for p in {e.pack for e in located.values()}}
+        packed = {d for d, e in located.items() if here[e.pack]}  # a lost pack: its blobs too
+        return sorted(
+            d for d in wanted - packed if not (is_sha256(d) and os.path.isfile(self.blob_file(d)))
+        )
+
+    def locate(self, digests: list[str]) -> dict[str, Extent]:
+        """The pack extents of the packed ones of ``digests`` (checked sha256s)."""
+        if self._locate is None or not digests:
+            return {}
+        return self._locate(digests)
+
+    def open_blob(self, digest: str, extents: Mapping[str, Extent] | None = None) -> BinaryIO:
+        """A binary reader of exactly the blob's bytes, a file of its own or packed; raises
+        :class:`FileNotFoundError` when the store does not hold it. ``extents``: what
+        :meth:`locate` answered for many digests at once (a reader of thousands of blobs asks
+        once, not once per blob); a digest it lacks is looked up."""
+        try:
+            return open(self.blob_file(_check_digest(digest)), "rb")
+        except FileNotFoundError:
+            extent = (extents or {}).get(digest) or self.locate([digest]).get(digest)
+            if extent is None:
+                raise
+        return open_extent(self.layout.pack(extent.pack), extent)
+
+    def head(
+        self, digest: str, size: int, extents: Mapping[str, Extent] | None = None
+    ) -> bytes | None:
+        """The first ``size`` bytes of a stored blob, or None when the store lacks it."""
+        try:
+            with self.open_blob(digest, extents) as fh:
+                return fh.read(size)
+        except FileNotFoundError:
+            return None
+
+    def heads(self, digests: list[str], size: int) -> dict[str, bytes]:
+        """The first ``size`` bytes of each stored blob of ``digests`` (absent ones left out):
+        one lookup of the packs, and one open per pack rather than one per blob."""
+        extents = self.locate(sorted({d for d in digests if is_sha256(d)}))
+        found: dict[str, bytes] = {}
+        by_pack: dict[str, list[str]] = {}
+        for digest, extent in extents.items():
+            by_pack.setdefault(extent.pack, []).append(digest)
+        unpacked = [d for d in set(digests) - extents.keys() if is_sha256(d)]
+        for pack, packed in by_pack.items():
+            try:
+                fd = os.open(self.layout.pack(pack), os.O_RDONLY)
+            except FileNotFoundError:  # a lost pack: its blobs may be files of their own again
+                unpacked.extend(packed)
+                continue
+            try:
+                for digest in packed:
+                    extent = extents[digest]
+                    found[digest] = os.pread(fd, min(size, extent.size), extent.offset)
+            finally:
+                os.close(fd)
+        for digest in unpacked:
+            path = self.blob_file(digest)  # a file of its own, or absent
+            with contextlib.suppress(FileNotFoundError), open(path, "rb") as fh:
+                found[digest] = fh.read(size)
+        return found
+
+    def read_blob(self, digest: str) -> bytes:
+        """A stored blob's whole content (small blobs: configs, manifests)."""
+        with self.open_blob(digest) as fh:
+            return fh.read()
 
     def blob_writer(self, digest: str, *, max_bytes: int | None = None) -> BlobWriter:
         return BlobWriter(self, digest, max_bytes=max_bytes)
@@ -207,12 +290,28 @@ class Storage:
         manifest: dict[str, Any],
         config: dict[str, Any] | None = None,
     ) -> None:
-        """``config``: the experiment's config admission composed (the runner reads it)."""
+        """``config``: the experiment's config admission composed (the runner reads it).
+        ``packs``: where the packed blobs of the package and of the run's datasets lie, since
+        the runner has no database (``contract.packs``)."""
         self.make_run_dir(run_dir)
         data: dict[str, Any] = {"spec": spec, "manifest": manifest}
         if config is not None:
             data["config"] = config
+        packs = self.locate(sorted(self._run_digests(manifest, config)))
+        if packs:
+            data["packs"] = {d: e.wire() for d, e in sorted(packs.items())}
         replace_json(self.run_json_path(run_dir), data)
+
+    def _run_digests(self, manifest: dict[str, Any], config: dict[str, Any] | None) -> set[str]:
+        """The blobs a run reads: its package's and its datasets' files."""
+        digests = {str(f.get("sha256")) for f in manifest.get("files") or []}
+        for resolved in resolved_of(config).values():
+            try:
+                dataset = Manifest.read(self.read_blob(resolved.manifest_sha256))
+            except (OSError, ValueError):
+                continue  # the runner says the dataset's manifest is missing or corrupt
+            digests.update(dataset.digests())
+        return digests
 
     def write_binding(self, path: Path, binding: dict[str, Any]) -> None:
         # The binding carries the run token in plain text: only the owner may read it.

@@ -113,7 +113,7 @@ def compose_config(
 
     def read(rel: str) -> str | None:
         digest = by_path.get(rel)
-        return storage.blob_path(digest).read_text() if digest else None
+        return storage.read_blob(digest).decode() if digest else None
 
     return run_config(spec, method, read)
 
@@ -214,13 +214,11 @@ def check_observability(spec: JobSpec, method: Method, config: dict[str, Any]) -
     observability.check_url(mode, spec.observability_url, method.id)
 
 
-def _blob_head(storage: Storage, digest: str) -> bytes | None:
-    """The first bytes of a stored blob (what the content check reads), or None when absent."""
-    path = storage.blob_path(digest)
-    if not path.is_file():
-        return None
-    with path.open("rb") as fh:
-        return fh.read(sensitive.HEAD_BYTES)
+def _refuse_sensitive(manifest: Manifest, storage: Storage) -> None:
+    """The content check on the first bytes of every stored blob of the package (read in one
+    pass: the packs located in one lookup and opened once each, not once per file)."""
+    heads = storage.heads(manifest.digests(), sensitive.HEAD_BYTES)
+    sensitive.refuse_manifest(manifest, read_head=heads.get)
 
 
 def admit(
@@ -248,7 +246,7 @@ def admit(
     preflight of the model. ``dataset_check``
     (``services.datasets.admit``) resolves the dataset inputs and records them in the config."""
     # The packer's sensitive-file policy again, whichever client wrote the manifest.
-    sensitive.refuse_manifest(manifest, read_head=lambda digest: _blob_head(storage, digest))
+    _refuse_sensitive(manifest, storage)
     method, warnings = check_catalog(spec)
     requests = parse_profile_args(spec.profiles)
     check_submission(spec, method, requests=requests, package={f.path for f in manifest.files})

@@ -10,9 +10,15 @@ recorded as the user's.
 
 Small blobs also come many to a request (:func:`upload_batch`, framed as
 :mod:`starforge.contract.blobbatch`): the whole batch is verified, blob by blob, before anything
-is written, so a batch with one wrong blob leaves nothing behind; then its files are written
-and made durable with one ``syncfs`` of the store's file system (an ``fsync`` per file where
-that call is missing) before they are renamed into place, and recorded in one transaction.
+is written, so a batch with one wrong blob leaves nothing behind. The batch's blobs the store
+lacks are then written one after another into ONE pack file (``<root>/blobs/packs/<id>.pack``,
+:mod:`starforge.contract.packs`; creating thousands of small files costs ~0.4 ms each on an ext4
+disk, one file of the same bytes ~26 ms), made durable with one ``syncfs`` of the store's file
+system (an ``fsync`` where that call is missing), and only then recorded: each blob's extent
+(:mod:`starforge.server.db.packs`) in the same transaction as the uploader's ownership. A crash
+leaves either recorded, durable blobs or an unrecorded pack file, which nothing names or reads
+(harmless garbage, left in place: telling it from a pack whose batch is being recorded would
+need the database's answer under the writers' lock).
 """
 
 from __future__ import annotations
@@ -36,10 +42,12 @@ from starforge.contract import blobbatch
 from starforge.contract.api import MAX_DIGESTS
 from starforge.contract.errors import BlobDigestMismatch, BodyTooLarge, InvalidName, MissingBlobs
 from starforge.contract.names import is_sha256
+from starforge.contract.packs import PACK_SUFFIX, Extent
+from starforge.server.db import packs
 from starforge.server.db.blobs import UserBlob
 from starforge.server.db.models import UTCDateTime, utcnow
 from starforge.server.runtime import Runtime
-from starforge.server.storage import UPLOAD_PREFIX, UPLOAD_SUFFIX, Storage
+from starforge.server.storage import Storage
 
 
 def _check(digests: list[str]) -> None:
@@ -74,7 +82,8 @@ def missing(rt: Runtime, user: str, digests: list[str]) -> list[str]:
     _check(digests)
     with rt.reading() as session:
         have = owned(session, user, digests)
-    return sorted({d for d in digests if d not in have or not rt.storage.has(d)})
+    lacking = set(digests) - have
+    return sorted(lacking.union(rt.storage.missing(sorted(have))))
 
 
 def require_owned(rt: Runtime, user: str, digests: list[str]) -> None:
@@ -95,13 +104,19 @@ def record(rt: Runtime, user: str, digest: str) -> None:
     record_many(rt, user, [digest])
 
 
-def record_many(rt: Runtime, user: str, digests: list[str]) -> None:
-    """Note that ``user`` has uploaded each of ``digests``, in one transaction."""
+def record_many(
+    rt: Runtime, user: str, digests: list[str], packed: tuple[str, dict[str, Extent]] | None = None
+) -> None:
+    """Note that ``user`` has uploaded each of ``digests``, in one transaction; ``packed``: the
+    pack file written for them and the extents of the blobs it stores, recorded in the same
+    transaction (so a blob is owned only once it is stored, and stored only once owned)."""
     wanted = sorted(set(digests))
     if not wanted:
         return
     now = utcnow()
     with rt.transaction() as session:
+        if packed is not None:
+            packs.record(session, *packed)
         if session.get_bind().dialect.name == "sqlite":
             # One statement and one row of parameters for the whole batch (the digests as one
             # JSON array): executing a statement per row costs ~25 us each in the driver.
@@ -145,7 +160,7 @@ async def upload_batch(rt: Runtime, user: str, chunks: AsyncIterator[bytes]) -> 
 
 
 def store_batch(rt: Runtime, user: str, body: bytes) -> tuple[int, int]:
-    """Verify every blob of ``body``, then write, sync once, publish and record them all."""
+    """Verify every blob of ``body``, then pack the new ones, sync once and record them all."""
     frames = blobbatch.parse(body)
     limit = rt.settings.max_blob_bytes
     for digest, data in frames:
@@ -163,44 +178,45 @@ def store_batch(rt: Runtime, user: str, body: bytes) -> tuple[int, int]:
                 hint="a file changed while it was uploaded; submit again",
                 details={"expected": digest, "actual": actual, "size": len(data)},
             )
+    # Held until the extents are recorded: a later batch then sees these blobs as stored and
+    # does not pack them again.
     with _WRITING:
-        _publish(rt.storage, frames)
-    record_many(rt, user, [d for d, _ in frames])
+        packed = _pack(rt.storage, frames)
+        record_many(rt, user, [d for d, _ in frames], packed)
     return len(frames), sum(len(data) for _, data in frames)
 
 
-def _publish(storage: Storage, frames: list[tuple[str, memoryview]]) -> None:
-    """Write the blobs not stored yet under temporary names, sync once, then rename them into
-    place: a crash leaves either nothing or whole, durable blobs under their names."""
-    staged: list[tuple[str, str]] = []
-    seen: set[str] = set()
-    made: set[str] = set()
-    batch = uuid.uuid4().hex[:12]
-    chmod = not _umask_keeps_644()  # read per batch: cheap, and never out of date
+def _pack(
+    storage: Storage, frames: list[tuple[str, memoryview]]
+) -> tuple[str, dict[str, Extent]] | None:
+    """Write the blobs the store lacks into one new pack file and make it durable; return its
+    name and their extents (None: the store holds them all). On an error the file is removed."""
+    new: dict[str, memoryview] = {}
+    for digest, data in frames:
+        new.setdefault(digest, data)  # parse() checked each name, and its content hashed to it
+    stored = set(new) - set(storage.missing(list(new)))
+    extents: dict[str, Extent] = {}
+    name = uuid.uuid4().hex + PACK_SUFFIX
+    offset = 0
+    for digest, data in new.items():
+        if digest not in stored:  # already stored: the upload proved the sender has the content
+            extents[digest] = Extent(name, offset, len(data))
+            offset += len(data)
+    if not extents:
+        return None
+    path = str(storage.layout.pack(name))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     try:
-        for i, (digest, data) in enumerate(frames):
-            final = storage.blob_file(digest)  # parse() checked it, and its content hashed to it
-            if digest in seen or os.path.isfile(final):
-                continue  # already stored: the upload proved the sender has the content
-            seen.add(digest)
-            shard = os.path.dirname(final)
-            if shard not in made:
-                os.makedirs(shard, exist_ok=True)
-                made.add(shard)
-            tmp = f"{shard}/{UPLOAD_PREFIX}{batch}-{i}{UPLOAD_SUFFIX}"
-            staged.append((tmp, final))
-            _write_new(tmp, data, chmod)
-        _sync([tmp for tmp, _ in staged])
-        for tmp, final in staged:
-            os.replace(tmp, final)
+        _write_new(path, b"".join(new[d] for d in extents), chmod=not _umask_keeps_644())
+        _sync([path])
     except BaseException:
-        for tmp, _ in staged:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
         raise
+    return name, extents
 
 
-def _write_new(path: str, data: memoryview, chmod: bool = True) -> None:
+def _write_new(path: str, data: bytes, chmod: bool = True) -> None:
     """Create ``path`` (it must not exist) holding ``data``, readable by the runners (``chmod``:
     when the umask would take a read bit away)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -224,7 +240,7 @@ def _sync(paths: list[str]) -> None:
             return
     finally:
         os.close(fd)
-    for path in paths:
+    for path in [*paths, *sorted({os.path.dirname(p) for p in paths})]:  # files, then names
         fd = os.open(path, os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -256,6 +272,6 @@ def _umask_keeps_644() -> bool:
 
 
 _SYNCFS = _load_syncfs()
-# Batches are written one at a time: thousands of small creates from several threads at once
-# only queue on the file system and on the interpreter lock (measured: slower, not faster).
+# Batches are packed and recorded one at a time: a blob two racing batches both lack is then
+# stored once, and concurrent writers would only queue on the disk and the interpreter lock.
 _WRITING = threading.Lock()

@@ -109,14 +109,8 @@ def _check_files(rt: Runtime, user: str, req: DatasetPush) -> list[FileEntry]:
         )
     manifest = Manifest(files=sorted(req.files, key=lambda f: f.path))  # one tree, no twins
 
-    def head(digest: str) -> bytes | None:
-        path = rt.storage.blob_path(digest)
-        if not path.is_file():
-            return None
-        with path.open("rb") as fh:
-            return fh.read(sensitive.HEAD_BYTES)
-
-    sensitive.refuse_manifest(manifest, read_head=head)
+    heads = rt.storage.heads(manifest.digests(), sensitive.HEAD_BYTES)  # one pass, not per file
+    sensitive.refuse_manifest(manifest, read_head=heads.get)
     blobs.require_owned(rt, user, manifest.digests())
     return manifest.files
 

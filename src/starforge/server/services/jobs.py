@@ -200,7 +200,7 @@ def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
         have = blobs.owned(session, user, digests)
     admitted = admit_request(rt, user, req, context)
     limits = context.limits
-    if any(d not in have or not rt.storage.has(d) for d in set(digests)):
+    if set(digests) - have or rt.storage.missing(digests):
         blobs.require_owned(rt, user, digests)  # never another user's uploads: names them
     run = _new_run(user, req, admitted)
     run.priority = limits.priority  # the queue orders by the user's priority at submit
