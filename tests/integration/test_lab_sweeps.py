@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,7 @@ from tests.integration.test_lifecycle import (
     submit_custom,
     wait_for_log,
 )
+from tests.tiny_inputs import prepare_experiment
 
 pytestmark = pytest.mark.integration
 
@@ -106,9 +105,7 @@ SFT_ARGS = [
 def sft_lab(new_lab: Callable[..., Lab]) -> Lab:
     lab = new_lab()
     experiments.new_experiment(lab, "s1", "trl/sft")
-    subprocess.run(
-        [sys.executable, "experiments/s1/prepare.py"], cwd=lab.root, check=True, capture_output=True
-    )
+    prepare_experiment(lab.root, "s1")
     commit_all(lab.root, "add s1")
     return lab
 

@@ -13,8 +13,6 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -32,6 +30,7 @@ from starforge.project import experiments
 from starforge.project.lab import Lab
 from tests.conftest import Result, commit_all
 from tests.integration.conftest import embedded_server, wait_for
+from tests.tiny_inputs import prepare_experiment
 
 pytestmark = pytest.mark.integration
 IMAGE = "registry.example/train:v1"
@@ -141,9 +140,7 @@ def group_gone(pgid: int) -> bool:
 def trl_lab(new_lab: Callable[..., Lab]) -> Lab:
     lab = new_lab("trl-lab")
     experiments.new_experiment(lab, "g1", "trl/grpo")
-    subprocess.run(
-        [sys.executable, "experiments/g1/prepare.py"], cwd=lab.root, check=True, capture_output=True
-    )
+    prepare_experiment(lab.root, "g1")
     commit_all(lab.root, "add g1")
     return lab
 
