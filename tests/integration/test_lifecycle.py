@@ -201,7 +201,7 @@ def test_pause_then_resume_finishes_with_the_step_count_of_an_uninterrupted_run(
 def test_stop_then_retry_continues_from_the_checkpoint(
     sf: Callable[..., Result], custom_lab: Callable[..., Lab]
 ) -> None:
-    lab = custom_lab(steps=40, step_seconds=0.1)
+    lab = custom_lab(steps=40, step_seconds=0.1, resumed_step_seconds=0.01)
     run_id = submit_custom(sf, lab)
     wait_for_log(sf, run_id, r"step 12/40")
     assert act(sf, "stop", run_id)["status"] == "stopping"
@@ -300,7 +300,7 @@ def test_kill_9_of_the_server_while_two_runs_train_loses_nothing_and_starts_noth
 def test_kill_9_of_a_runner_is_node_lost_then_an_auto_retry_from_its_checkpoint(
     sf: Callable[..., Result], custom_lab: Callable[..., Lab]
 ) -> None:
-    lab = custom_lab(steps=60, step_seconds=0.1)
+    lab = custom_lab(steps=60, step_seconds=0.1, resumed_step_seconds=0.01)
     run_id = submit_custom(sf, lab)
     wait_for_log(sf, run_id, r"\[checkpoint\] \S+/step-10")
     pgid = runner_pid(view_of(sf, run_id))
