@@ -139,7 +139,8 @@ _SERIAL_GROUPS = ("slurm", "postgres")
 # minute-long test: real training and the fuzzer (tens of seconds each), then the other tests
 # that start real servers and runners (seconds), then the in-process ones (milliseconds). The
 # sort is stable: within each tier, and so within each module, the collection order is kept.
-_FIRST_MARKERS = ("training", "fuzz")
+# A serial group stays in its own order (xdist hands it to one worker whole, largest first).
+_FIRST_MARKERS = ("training", "fuzz", *_SERIAL_GROUPS)
 _THEN_MARKERS = ("integration", "containers")
 
 
