@@ -37,12 +37,14 @@ def _built(script: Path) -> Path:
         return done
     _cache_root.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(prefix=f"building-{key}-", dir=_cache_root))
-    subprocess.run(
+    done_now = subprocess.run(
         [sys.executable, str(script), "--lab", str(building)],
         cwd=building,
-        check=True,
         capture_output=True,
+        text=True,
+        check=False,
     )
+    assert done_now.returncode == 0, done_now.stdout + done_now.stderr
     try:
         os.rename(building, done)  # atomic: a second worker that built it too keeps its own
     except OSError:
