@@ -68,11 +68,13 @@ def _never_the_real_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _shared_tiny_inputs(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> None:
+def _shared_tiny_inputs(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Built experiment inputs (tests/tiny_inputs.py) live beside the workers' temp folders, so
     both xdist workers of a session share one build of each."""
     base = tmp_path_factory.getbasetemp()
-    tiny_inputs.set_cache_root((base.parent if worker_id != "master" else base) / "tiny-inputs")
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # base is the session's folder's popen-gwN
+        base = base.parent
+    tiny_inputs.set_cache_root(base / "tiny-inputs")
 
 
 @pytest.fixture
