@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, settings
 
 from starforge.cli.main import main
 from starforge.project import experiments, lab
+from tests import tiny_inputs
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -64,6 +65,16 @@ def _never_the_real_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
         os.environ.pop("STARFORGE_HOME", None)
     else:
         os.environ["STARFORGE_HOME"] = saved
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _shared_tiny_inputs(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Built experiment inputs (tests/tiny_inputs.py) live beside the workers' temp folders, so
+    both xdist workers of a session share one build of each."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # base is the session's folder's popen-gwN
+        base = base.parent
+    tiny_inputs.set_cache_root(base / "tiny-inputs")
 
 
 @pytest.fixture
@@ -126,7 +137,25 @@ def new_lab(tmp_path: Path) -> Iterator[Callable[..., lab.Lab]]:
 _SERIAL_GROUPS = ("slurm", "postgres")
 
 
+# The slowest tests start first, so that two workers do not end with one of them alone on a
+# minute-long test: real training and the fuzzer (tens of seconds each), then the other tests
+# that start real servers and runners (seconds), then the in-process ones (milliseconds). The
+# sort is stable: within each tier, and so within each module, the collection order is kept.
+# A serial group stays in its own order (xdist hands it to one worker whole, largest first).
+_FIRST_MARKERS = ("training", "fuzz", *_SERIAL_GROUPS)
+_THEN_MARKERS = ("integration", "containers")
+
+
+def _start_order(item: pytest.Item) -> int:
+    if any(item.get_closest_marker(name) is not None for name in _FIRST_MARKERS):
+        return 0
+    if any(item.get_closest_marker(name) is not None for name in _THEN_MARKERS):
+        return 1
+    return 2
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=_start_order)
     for item in items:
         for group in _SERIAL_GROUPS:
             if item.get_closest_marker(group) is not None:

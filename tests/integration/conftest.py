@@ -111,19 +111,30 @@ def sf_home(server_home: Path) -> Path:
 
 @pytest.fixture
 def custom_lab(new_lab: Callable[..., lab.Lab]) -> Callable[..., lab.Lab]:
-    """A lab with one custom/custom experiment whose train.sh runs ``steps`` steps."""
+    """A lab with one custom/custom experiment whose train.sh runs ``steps`` steps.
 
-    def make(name: str = "c1", steps: int = 5, step_seconds: float = 0.01) -> lab.Lab:
+    ``resumed_step_seconds`` paces the attempts after the first: a test whose first attempt is
+    slow only so that it is still training when the test acts on it (pause, stop, kill) lets
+    the resumed attempt finish its remaining steps quickly, with the same steps and checkpoints.
+    """
+
+    def make(
+        name: str = "c1",
+        steps: int = 5,
+        step_seconds: float = 0.01,
+        resumed_step_seconds: float | None = None,
+    ) -> lab.Lab:
         made = new_lab()
         experiments.new_experiment(made, name, "custom/custom")
         script = made.root / "experiments" / name / "train.sh"
         text = script.read_text()
         text = re.sub(r'STEPS="\$\{STEPS:-\d+\}"', f'STEPS="${{STEPS:-{steps}}}"', text)
-        text = re.sub(
-            r'STEP_SECONDS="\$\{STEP_SECONDS:-[0-9.]+\}"',
-            f'STEP_SECONDS="${{STEP_SECONDS:-{step_seconds}}}"',
-            text,
-        )
+        pace = f'STEP_SECONDS="${{STEP_SECONDS:-{step_seconds}}}"'
+        if resumed_step_seconds is not None:
+            resumed = f"STEP_SECONDS={resumed_step_seconds}"
+            pace += f'\nif [[ "${{FORGE_ATTEMPT:-1}}" != 1 ]]; then {resumed}; fi'
+        text, found = re.subn(r'STEP_SECONDS="\$\{STEP_SECONDS:-[0-9.]+\}"', pace, text)
+        assert found == 1, "the template's train.sh sets STEP_SECONDS once"
         script.write_text(text)
         # custom/custom keeps its curves elsewhere unless the experiment opts into the platform's
         # (else every submit would need --observability-url).

@@ -5,8 +5,6 @@ names the dataset in its config trains on it (the job sees ``<NAME>_DATA_DIR``),
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 
 import pytest
@@ -15,6 +13,7 @@ from starforge.project import experiments
 from starforge.project.lab import Lab
 from tests.conftest import Result, commit_all
 from tests.integration.conftest import wait_for
+from tests.tiny_inputs import prepare_experiment
 
 pytestmark = [pytest.mark.integration, pytest.mark.training]
 
@@ -24,9 +23,7 @@ def test_a_grpo_run_trains_on_a_pushed_dataset_named_in_its_config(
 ) -> None:
     lab = new_lab()
     experiments.new_experiment(lab, "g1", "trl/grpo")
-    subprocess.run(
-        [sys.executable, "experiments/g1/prepare.py"], cwd=lab.root, check=True, capture_output=True
-    )
+    prepare_experiment(lab.root, "g1")
     pushed = sf("dataset", "push", "tiny-prompts", "v1", str(lab.root / "data"), "--json")
     assert pushed.code == 0, pushed.err
     first = pushed.json()

@@ -5,8 +5,6 @@ stopped short with ``!``. Needs the steps machinery (``starforge.contract.steps`
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,6 +14,7 @@ from starforge.project import experiments
 from starforge.project.lab import Lab
 from tests.conftest import Result, commit_all
 from tests.integration.conftest import wait_for
+from tests.tiny_inputs import prepare_experiment
 
 pytest.importorskip("starforge.contract.steps")
 pytestmark = [pytest.mark.integration, pytest.mark.training]
@@ -28,9 +27,7 @@ def test_a_gate_out_of_reach_stops_the_pipeline_short_with_its_reason(
 ) -> None:
     lab = new_lab()
     experiments.new_experiment(lab, "g1", "trl/sft")
-    subprocess.run(
-        [sys.executable, "experiments/g1/prepare.py"], cwd=lab.root, check=True, capture_output=True
-    )
+    prepare_experiment(lab.root, "g1")
     config = lab.root / "experiments" / "g1" / "config.yaml"
     config.write_text(config.read_text() + "eval:\n  gate: {metric: loss, max: 0.001}\n")
     commit_all(lab.root, "add g1 with a gate out of reach")
@@ -65,9 +62,7 @@ def test_sft_then_export_then_eval_ends_with_every_step_done_a_model_and_a_repor
 ) -> None:
     lab = new_lab()
     experiments.new_experiment(lab, "e1", "trl/sft")
-    subprocess.run(
-        [sys.executable, "experiments/e1/prepare.py"], cwd=lab.root, check=True, capture_output=True
-    )
+    prepare_experiment(lab.root, "e1")
     commit_all(lab.root, "add e1")
 
     got = sf("submit", "e1", "-p", "h200:1", "--model", "models/tiny-llama",

@@ -4,8 +4,6 @@ eval`` of the DPO run: each run records its parent and the child trains the pare
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 
 import pytest
@@ -13,6 +11,7 @@ import pytest
 from starforge.project import experiments
 from starforge.project.lab import Lab
 from tests.conftest import Result, commit_all
+from tests.tiny_inputs import prepare_experiment
 
 pytestmark = [pytest.mark.integration, pytest.mark.training]
 
@@ -28,12 +27,7 @@ def test_sft_then_dpo_from_its_checkpoint_then_eval(
     experiments.new_experiment(lab, "s1", "trl/sft")
     experiments.new_experiment(lab, "d1", "trl/dpo")
     for exp in ("s1", "d1"):
-        subprocess.run(
-            [sys.executable, f"experiments/{exp}/prepare.py"],
-            cwd=lab.root,
-            check=True,
-            capture_output=True,
-        )
+        prepare_experiment(lab.root, exp)
     commit_all(lab.root, "add s1 and d1")
     short = ["-s", "max_steps=4", "-s", "save_steps=2", "--follow"]
 

@@ -101,14 +101,21 @@ def never_checkpoints(text: str) -> str:
     return re.sub(r'SAVE_EVERY="\$\{SAVE_EVERY:-\d+\}"', 'SAVE_EVERY="${SAVE_EVERY:-100000}"', text)
 
 
+def three_steps(text: str) -> str:
+    """A short run: what matters is when it starts, not how long it trains."""
+    return re.sub(r'STEPS="\$\{STEPS:-\d+\}"', 'STEPS="${STEPS:-3}"', text)
+
+
 # ---- maintenance drain ------------------------------------------------------------------------
 
 
 def test_drain_pauses_the_resumable_runs_reports_the_blocker_and_resume_finishes_them(
     sf: Callable[..., Result], custom_lab: Callable[..., Lab]
 ) -> None:
-    lab = custom_lab(steps=300, step_seconds=0.1)  # 30 s: still training when the drain comes
+    # 30 s: still training when the drain comes; the resumed attempts need no such margin.
+    lab = custom_lab(steps=300, step_seconds=0.1, resumed_step_seconds=0.01)
     add_experiment(lab, "nock", never_checkpoints)
+    add_experiment(lab, "quick", three_steps)
     resumable = [submit(sf, lab, "c1"), submit(sf, lab, "c1")]
     blocker = submit(sf, lab, "nock")
     for run_id in resumable:
@@ -128,7 +135,7 @@ def test_drain_pauses_the_resumable_runs_reports_the_blocker_and_resume_finishes
     assert shown.code == 0 and "driver upgrade" in shown.out and blocker in shown.out
     assert "not safe" in shown.out and "no checkpoint yet" in shown.out
 
-    newcomer = submit(sf, lab, "c1")  # submissions still queue while dispatch is stopped
+    newcomer = submit(sf, lab, "quick")  # submissions still queue while dispatch is stopped
     wait_until(
         lambda: view_of(sf, newcomer)["reason"].startswith("maintenance (driver upgrade)"),
         "the newcomer held by the drain",

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,7 @@ from tests.integration.test_lifecycle import (
     submit_custom,
     wait_for_log,
 )
+from tests.tiny_inputs import prepare_experiment
 
 pytestmark = pytest.mark.integration
 
@@ -65,7 +64,7 @@ def test_a_priority_run_takes_the_gpus_of_a_resumable_run_which_resumes_continuo
 ) -> None:
     user = me(sf)
     set_priority(sf, user, 0)
-    lab = custom_lab(steps=40, step_seconds=0.2)
+    lab = custom_lab(steps=40, step_seconds=0.2, resumed_step_seconds=0.01)
     add_short_experiment(lab, "c2")
     low = submit_custom(sf, lab, profile="h200:16")  # both nodes whole
     wait_for_log(sf, low, r"\[checkpoint\] \S+/step-5")
@@ -106,9 +105,7 @@ SFT_ARGS = [
 def sft_lab(new_lab: Callable[..., Lab]) -> Lab:
     lab = new_lab()
     experiments.new_experiment(lab, "s1", "trl/sft")
-    subprocess.run(
-        [sys.executable, "experiments/s1/prepare.py"], cwd=lab.root, check=True, capture_output=True
-    )
+    prepare_experiment(lab.root, "s1")
     commit_all(lab.root, "add s1")
     return lab
 

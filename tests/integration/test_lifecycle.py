@@ -13,8 +13,6 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -32,6 +30,7 @@ from starforge.project import experiments
 from starforge.project.lab import Lab
 from tests.conftest import Result, commit_all
 from tests.integration.conftest import embedded_server, wait_for
+from tests.tiny_inputs import prepare_experiment
 
 pytestmark = pytest.mark.integration
 IMAGE = "registry.example/train:v1"
@@ -141,9 +140,7 @@ def group_gone(pgid: int) -> bool:
 def trl_lab(new_lab: Callable[..., Lab]) -> Lab:
     lab = new_lab("trl-lab")
     experiments.new_experiment(lab, "g1", "trl/grpo")
-    subprocess.run(
-        [sys.executable, "experiments/g1/prepare.py"], cwd=lab.root, check=True, capture_output=True
-    )
+    prepare_experiment(lab.root, "g1")
     commit_all(lab.root, "add g1")
     return lab
 
@@ -204,7 +201,7 @@ def test_pause_then_resume_finishes_with_the_step_count_of_an_uninterrupted_run(
 def test_stop_then_retry_continues_from_the_checkpoint(
     sf: Callable[..., Result], custom_lab: Callable[..., Lab]
 ) -> None:
-    lab = custom_lab(steps=40, step_seconds=0.1)
+    lab = custom_lab(steps=40, step_seconds=0.1, resumed_step_seconds=0.01)
     run_id = submit_custom(sf, lab)
     wait_for_log(sf, run_id, r"step 12/40")
     assert act(sf, "stop", run_id)["status"] == "stopping"
@@ -303,7 +300,7 @@ def test_kill_9_of_the_server_while_two_runs_train_loses_nothing_and_starts_noth
 def test_kill_9_of_a_runner_is_node_lost_then_an_auto_retry_from_its_checkpoint(
     sf: Callable[..., Result], custom_lab: Callable[..., Lab]
 ) -> None:
-    lab = custom_lab(steps=60, step_seconds=0.1)
+    lab = custom_lab(steps=60, step_seconds=0.1, resumed_step_seconds=0.01)
     run_id = submit_custom(sf, lab)
     wait_for_log(sf, run_id, r"\[checkpoint\] \S+/step-10")
     pgid = runner_pid(view_of(sf, run_id))

@@ -8,8 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Callable, Iterator
 
@@ -21,6 +19,7 @@ from starforge.project import experiments
 from starforge.project.lab import Lab
 from tests.conftest import Result, commit_all
 from tests.integration.conftest import wait_for
+from tests.tiny_inputs import prepare_experiment
 
 pytestmark = pytest.mark.integration
 IMAGE = "registry.example/train:v1"
@@ -242,9 +241,7 @@ def test_a_real_trl_run_reports_its_curves_through_the_callback(
 ) -> None:
     lab = new_lab()
     experiments.new_experiment(lab, "g1", "trl/grpo")
-    subprocess.run(
-        [sys.executable, "experiments/g1/prepare.py"], cwd=lab.root, check=True, capture_output=True
-    )
+    prepare_experiment(lab.root, "g1")
     commit_all(lab.root, "add g1")
     got = sf(
         "submit",

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +18,7 @@ from starforge.project import experiments
 from starforge.project.lab import Lab
 from tests.conftest import Result, commit_all
 from tests.integration.conftest import wait_for
+from tests.tiny_inputs import prepare_experiment
 
 pytestmark = [pytest.mark.integration, pytest.mark.training]
 
@@ -32,9 +31,7 @@ FLAGS += ["--train-data", "data/sft-train.jsonl", "--validation-data", "data/sft
 def sft_lab(new_lab: Callable[..., Lab]) -> Lab:
     lab = new_lab()
     experiments.new_experiment(lab, "p1", "trl/sft")
-    subprocess.run(
-        [sys.executable, "experiments/p1/prepare.py"], cwd=lab.root, check=True, capture_output=True
-    )
+    prepare_experiment(lab.root, "p1")
     commit_all(lab.root, "add p1")
     return lab
 

@@ -5,8 +5,6 @@ lineage line and ``--json``)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,6 +14,7 @@ from starforge.project import experiments
 from starforge.project.lab import Lab
 from tests.conftest import Result, commit_all
 from tests.integration.conftest import wait_for
+from tests.tiny_inputs import prepare_experiment
 
 pytestmark = [pytest.mark.integration, pytest.mark.training]
 
@@ -59,12 +58,7 @@ def test_sft_then_dpo_then_grpo_each_from_the_previous_export_records_its_parent
     lab = new_lab()
     for exp, method in (("s1", "trl/sft"), ("d1", "trl/dpo"), ("g1", "trl/grpo")):
         experiments.new_experiment(lab, exp, method)
-        subprocess.run(
-            [sys.executable, f"experiments/{exp}/prepare.py"],
-            cwd=lab.root,
-            check=True,
-            capture_output=True,
-        )
+        prepare_experiment(lab.root, exp)
     commit_all(lab.root, "add s1, d1 and g1")
 
     sft = submitted(sf, lab, "s1", "--model", "models/tiny-llama",

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 
 import pytest
@@ -13,6 +11,7 @@ from starforge.project import experiments
 from starforge.project.lab import Lab
 from tests.conftest import Result, commit_all
 from tests.integration.conftest import wait_for
+from tests.tiny_inputs import prepare_experiment
 
 pytestmark = [pytest.mark.integration, pytest.mark.training]
 
@@ -23,9 +22,7 @@ def test_trl_grpo_run_succeeds_logs_its_steps_and_its_reward_rises(
 ) -> None:
     lab = new_lab()
     experiments.new_experiment(lab, "g1", "trl/grpo")
-    subprocess.run(
-        [sys.executable, "experiments/g1/prepare.py"], cwd=lab.root, check=True, capture_output=True
-    )
+    prepare_experiment(lab.root, "g1")
     commit_all(lab.root, "add g1")
     args = [
         "--profile",

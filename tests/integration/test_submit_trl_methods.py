@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 
 import pytest
@@ -12,6 +10,7 @@ import pytest
 from starforge.project import experiments
 from starforge.project.lab import Lab
 from tests.conftest import Result, commit_all
+from tests.tiny_inputs import prepare_experiment
 
 pytestmark = [pytest.mark.integration, pytest.mark.training]
 
@@ -32,9 +31,7 @@ def test_overrides_reach_the_trainer_and_shape_the_run(
 ) -> None:
     lab = new_lab()
     experiments.new_experiment(lab, "e1", f"trl/{method}")
-    subprocess.run(
-        [sys.executable, "experiments/e1/prepare.py"], cwd=lab.root, check=True, capture_output=True
-    )
+    prepare_experiment(lab.root, "e1")
     commit_all(lab.root, "add e1")
     got = sf(
         "submit",

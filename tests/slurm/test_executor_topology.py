@@ -32,6 +32,7 @@ from tests.slurm.starforge_on_slurm import (
     view,
     wait_status,
 )
+from tests.tiny_inputs import prepare_experiment
 
 pytestmark = pytest.mark.slurm
 ALLREDUCE = """import datetime
@@ -190,9 +191,7 @@ def test_the_readmes_tiny_grpo_run_succeeds_through_slurm(
 ) -> None:
     lab = new_lab()
     experiments.new_experiment(lab, "g1", "trl/grpo")
-    subprocess.run(
-        [sys.executable, "experiments/g1/prepare.py"], cwd=lab.root, check=True, capture_output=True
-    )
+    prepare_experiment(lab.root, "g1")
     commit_all(lab.root, "add g1")
     got = sf(
         "submit", "g1", "--profile", "h200:1", "--model", "models/tiny-llama",
