@@ -103,3 +103,16 @@ def test_a_corrupt_cache_file_is_ignored(lab: Path, tmp_path: Path) -> None:
     cache.path.write_text("{not json")
     digests, _ = _pack(lab, tmp_path / "c", 1, "train.py")
     assert digests["train.py"] == _sha(b"print('hi')\n")
+
+
+def test_a_damaged_cache_entry_is_read_again_not_trusted(lab: Path, tmp_path: Path) -> None:
+    _age(lab / "train.py")
+    _, cache = _pack(lab, tmp_path / "c", 1, "train.py")
+    entry = cache.entries["train.py"]
+    assert isinstance(entry, list)
+    cache.entries["train.py"] = [entry[0], "not-a-digest"]
+    cache._dirty = True
+    cache.save()
+    digests, cache = _pack(lab, tmp_path / "c", 1, "train.py")
+    assert digests["train.py"] == _sha(b"print('hi')\n")
+    assert cache.stats.hits == 0 and cache.stats.hashed == 1

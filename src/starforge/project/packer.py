@@ -152,7 +152,7 @@ def _pack_one(
     root: Path, real_root: Path, rel: str, packed: set[str], cache: HashCache, kept: _Kept
 ) -> FileEntry | Finding:
     """One file's entry, or why it may not travel. A link is never followed out of the lab."""
-    where = os.path.join(root, rel)  # a string: pathlib's parsing costs more than the stat
+    where = f"{root}/{rel}"  # a string: pathlib's parsing costs more than the stat
     try:
         st: os.stat_result | None = os.lstat(where)
     except FileNotFoundError:
@@ -181,13 +181,13 @@ def _pack_one(
     elif not stat.S_ISREG(st.st_mode):
         return Finding("file.special", "not a regular file")
     started = now_ns()
-    digest, size, head, after, whole = _hash(where, keep=kept.wants(st.st_size))
+    digest, size, head, after, whole = _hash(where, st.st_size, keep=kept.wants(st.st_size))
     found = sensitive.check_content(head)
     if found is not None:
         return found
     if whole is not None and kept.wants(len(whole)):
         kept.add(digest, whole)
-    if link is None and stat_key(after) == stat_key(st) and size == st.st_size:
+    if link is None and size == st.st_size and stat_key(after) == stat_key(st):
         cache.store(rel, st, digest, started)
     return FileEntry(
         path=rel,
@@ -215,22 +215,31 @@ def _link_target(path: Path, real_root: Path, packed: set[str]) -> str | Finding
     return sensitive.check_path(target) or target
 
 
-def _hash(path: str, keep: bool = False) -> tuple[str, int, bytes, os.stat_result, bytes | None]:
+def _hash(
+    path: str, size_hint: int, keep: bool = False
+) -> tuple[str, int, bytes, os.stat_result, bytes | None]:
     """sha256, size, the first bytes (for the content check) in one read, the stat after it
     (a file that changed while it was read is not cached), and with ``keep`` the whole content
-    (what was hashed, whatever the file holds now)."""
+    (what was hashed, whatever the file holds now). ``size_hint`` (the stat's size) sizes the
+    first read, so a small file costs one buffer of its size rather than one of a chunk; the
+    file is read to its end whatever its size is now."""
     digest = hashlib.sha256()
-    head = b""
     size = 0
-    chunks: list[bytes] | None = [] if keep else None
-    with open(path, "rb", buffering=0) as fh:  # unbuffered: each read goes straight to hashing
-        while chunk := fh.read(_CHUNK):
-            if len(head) < sensitive.HEAD_BYTES:
+    chunks: list[bytes] = []
+    fd = os.open(path, os.O_RDONLY)  # no file object: its buffering is unused here
+    try:
+        chunk = os.read(fd, min(max(size_hint, 0) + 1, _CHUNK))
+        head = chunk[: sensitive.HEAD_BYTES]
+        while chunk:
+            if len(head) < sensitive.HEAD_BYTES and size:
                 head += chunk[: sensitive.HEAD_BYTES - len(head)]
             digest.update(chunk)
             size += len(chunk)
-            if chunks is not None:
+            if keep:
                 chunks.append(chunk)
-        after = os.fstat(fh.fileno())
-    whole = b"".join(chunks) if chunks is not None else None
+            chunk = os.read(fd, _CHUNK)
+        after = os.fstat(fd)
+    finally:
+        os.close(fd)
+    whole = (chunks[0] if len(chunks) == 1 else b"".join(chunks)) if keep else None
     return digest.hexdigest(), size, head, after, whole
