@@ -64,9 +64,26 @@ def reference(data: bytes) -> Finding | None:
     return None
 
 
+FOLDED = [b"wandb", b"aws_secret_access_key", b"wandb_api_key: " + b"0f" * 20]
+
+
+def _mixed_case(literal: bytes) -> st.SearchStrategy[bytes]:
+    """``literal`` with any of its ASCII letters swapped to the other case."""
+    flips = st.lists(st.booleans(), min_size=len(literal), max_size=len(literal))
+    return flips.map(
+        lambda flip: bytes(
+            c ^ 0x20 if f and chr(c).isascii() and chr(c).isalpha() else c
+            for c, f in zip(literal, flip, strict=True)
+        )
+    )
+
+
 heads = st.lists(
     st.one_of(
-        st.sampled_from(LITERALS), st.binary(max_size=24), st.text(max_size=12).map(str.encode)
+        st.sampled_from(LITERALS),
+        st.sampled_from(FOLDED).flatmap(_mixed_case),
+        st.binary(max_size=24),
+        st.text(max_size=12).map(str.encode),
     ),
     max_size=24,
 ).map(b"".join)
