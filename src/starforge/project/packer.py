@@ -197,6 +197,7 @@ def _pack_one(
 def _row(
     rel: str, digest: str, size: int, executable: bool, link: str | None = None
 ) -> dict[str, object]:
+    """A FileEntry's fields (``symlink`` only for a link, as FileEntry leaves it unset)."""
     row: dict[str, object] = {"path": rel, "sha256": digest, "size": size, "executable": executable}
     if link is not None:
         row["symlink"] = link
