@@ -92,3 +92,21 @@ def test_a_kept_content_is_sent_as_it_was_hashed_not_as_the_file_is_now(
     with alice(Counting(app_transport)) as client:
         uploads.upload_files(client, tmp_path, entries, None, kept)
         assert client.missing_blobs([e.sha256 for e in entries]) == []
+
+
+def test_a_kept_empty_file_is_sent_empty_even_when_the_file_has_changed(
+    app_transport: httpx.BaseTransport, tmp_path: Path
+) -> None:
+    empty = hashlib.sha256(b"").hexdigest()
+    (tmp_path / "empty.txt").write_bytes(b"written after packing\n")
+    entries = [FileEntry(path="empty.txt", sha256=empty, size=0)]
+    with alice(Counting(app_transport)) as client:
+        uploads.upload_files(client, tmp_path, entries, None, {empty: b""})
+        assert client.missing_blobs([empty]) == []
+
+
+def test_a_batch_body_frames_each_blob_as_the_server_parses_it() -> None:
+    blobs = [(hashlib.sha256(b).hexdigest(), b) for b in (b"", b"a", b"x" * 5000, b"\x00" * 3)]
+    body = blobbatch.encode(iter(blobs))
+    assert body == b"".join(blobbatch.frame(d, b) for d, b in blobs)
+    assert [(d, bytes(v)) for d, v in blobbatch.parse(body)] == blobs

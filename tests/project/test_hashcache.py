@@ -103,3 +103,34 @@ def test_a_corrupt_cache_file_is_ignored(lab: Path, tmp_path: Path) -> None:
     cache.path.write_text("{not json")
     digests, _ = _pack(lab, tmp_path / "c", 1, "train.py")
     assert digests["train.py"] == _sha(b"print('hi')\n")
+
+
+def test_a_damaged_cache_entry_is_read_again_not_trusted(lab: Path, tmp_path: Path) -> None:
+    _age(lab / "train.py")
+    _, cache = _pack(lab, tmp_path / "c", 1, "train.py")
+    entry = cache.entries["train.py"]
+    assert isinstance(entry, list)
+    cache.entries["train.py"] = [entry[0], "not-a-digest"]
+    cache._dirty = True
+    cache.save()
+    digests, cache = _pack(lab, tmp_path / "c", 1, "train.py")
+    assert digests["train.py"] == _sha(b"print('hi')\n")
+    assert cache.stats.hits == 0 and cache.stats.hashed == 1
+
+
+def test_a_manifest_from_the_cache_is_byte_for_byte_the_one_from_reading(
+    lab: Path, tmp_path: Path
+) -> None:
+    (lab / "run.sh").write_text("#!/bin/sh\n")
+    (lab / "run.sh").chmod(0o755)
+    (lab / "link.py").symlink_to("train.py")
+    files = ["big.bin", "train.py", "run.sh", "link.py"]
+    for name in ("big.bin", "train.py", "run.sh"):
+        _age(lab / name)
+    read = HashCache(lab, tmp_path / "c", granule_ns=1)
+    first = build_manifest(lab, files, read).model_dump_json()
+    cached = HashCache(lab, tmp_path / "c", granule_ns=1)
+    again = build_manifest(lab, files, cached).model_dump_json()
+    assert cached.stats.hits == 3
+    assert again == first
+    assert '"symlink":"train.py"' in first and '"executable":true' in first

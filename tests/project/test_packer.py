@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import pytest
@@ -8,7 +9,8 @@ import pytest
 from starforge.contract import blobbatch
 from starforge.contract.errors import InputNotFound, SensitiveFiles, UsageError
 from starforge.contract.jobspec import InputKind
-from starforge.project.packer import build_manifest, resolve_input
+from starforge.contract.sensitive import HEAD_BYTES
+from starforge.project.packer import _hash, build_manifest, resolve_input
 
 
 def test_a_manifest_names_every_file_by_its_sha256(tmp_path: Path) -> None:
@@ -148,3 +150,23 @@ def test_the_packer_keeps_what_it_read_of_small_files_for_the_upload(tmp_path: P
     kept: dict[str, bytes] = {}
     build_manifest(tmp_path, ["small.txt", "big.bin"], keep=kept)
     assert kept == {hashlib.sha256(small).hexdigest(): small}  # a big file is streamed later
+
+
+@pytest.mark.parametrize("hint", [0, 10, 4096, 1 << 30])
+def test_a_file_is_hashed_to_its_end_whatever_size_its_stat_said(tmp_path: Path, hint: int) -> None:
+    # The stat is taken before the read: a file that grew or shrank since is still read whole.
+    data = os.urandom(3000) + b"x" * (HEAD_BYTES + 5000)
+    path = tmp_path / "grown.bin"
+    path.write_bytes(data)
+    digest, size, head, _after, whole = _hash(str(path), hint, keep=True)
+    assert digest == hashlib.sha256(data).hexdigest() and size == len(data)
+    assert head == data[:HEAD_BYTES]
+    assert whole == data
+
+
+def test_a_key_past_a_short_first_read_is_still_in_the_checked_head(tmp_path: Path) -> None:
+    data = b"." * 100 + b"-----BEGIN RSA PRIVATE KEY-----\n"
+    path = tmp_path / "notes.txt"
+    path.write_bytes(data)
+    _digest, _size, head, _after, whole = _hash(str(path), 10)
+    assert head == data and whole is None

@@ -99,10 +99,14 @@ def _send_concurrently(
 
 
 def _frame(root: Path, group: list[FileEntry], kept: Mapping[str, bytes]) -> bytes:
+    """The batch body of ``group``: what the packer kept (exactly what it hashed and checked;
+    an empty file's ``b""`` included), else the file as it is now (the server checks it)."""
     base = str(root)
-    return blobbatch.encode(
-        (e.sha256, kept.get(e.sha256) or _read(f"{base}/{e.path}")) for e in group
-    )
+    blobs = []
+    for entry in group:
+        data = kept.get(entry.sha256)
+        blobs.append((entry.sha256, _read(f"{base}/{entry.path}") if data is None else data))
+    return blobbatch.encode(blobs)
 
 
 def _read(path: str) -> bytes:

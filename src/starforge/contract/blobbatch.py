@@ -18,13 +18,24 @@ BATCH_BYTES = 8 << 20  # ...into bodies of about this size; bigger files go one 
 _HEADER = 64 + 8
 
 
+def header(digest: str, size: int) -> bytes:
+    """One frame's header: the digest and the size of the content that follows it."""
+    return digest.encode("ascii") + size.to_bytes(8, "big")
+
+
 def frame(digest: str, data: bytes) -> bytes:
     """One blob's frame."""
-    return digest.encode("ascii") + len(data).to_bytes(8, "big") + data
+    return header(digest, len(data)) + data
 
 
 def encode(blobs: Iterable[tuple[str, bytes]]) -> bytes:
-    return b"".join(frame(d, b) for d, b in blobs)
+    """The body of ``blobs``: each content is copied once, into the body (headers and contents
+    are joined in one pass, not framed one by one first)."""
+    parts: list[bytes] = []
+    for digest, data in blobs:
+        parts.append(header(digest, len(data)))
+        parts.append(data)
+    return b"".join(parts)
 
 
 def parse(body: bytes) -> list[tuple[str, memoryview]]:

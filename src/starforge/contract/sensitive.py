@@ -161,6 +161,34 @@ _CUES = tuple(
     for index, (folded, literals) in enumerate(_LITERALS)
     for literal in literals
 )
+
+
+def _may_hold_cue(head: bytes) -> bool:
+    """False only when ``head`` holds none of the literals of :data:`_LITERALS` (each as
+    :func:`check_content` looks for it): the common answer for an ordinary file, found with
+    fewer scans than one per literal. Each test is a necessary condition for the literals it
+    guards: a one-byte scan (memchr, nearly free) for a byte that each of them contains (``I``
+    is in ``PRIVATE KEY``, ``AKIA`` and ``ASIA``; ``-``, ``x`` and ``_`` in the ones they
+    guard; ``w`` or ``W`` in both case-folded ones), ``gh`` for the five ``gh?_`` literals, and
+    the case-folded literals looked for in the lowered head as before. A True sends the head to
+    the exact per-literal check."""
+    if b"I" in head and (b"PRIVATE KEY" in head or b"AKIA" in head or b"ASIA" in head):
+        return True
+    if b"-" in head and (b"sk-" in head or b"PuTTY-User-Key-File-" in head):
+        return True
+    if b"x" in head and b"xox" in head:
+        return True
+    underscore = b"_" in head
+    if underscore and (
+        b"hf_" in head or b"gh" in head or b"github_pat_" in head or b'"service_account"' in head
+    ):
+        return True
+    if b"w" not in head and b"W" not in head:
+        return False
+    lowered = head.lower()
+    return b"wandb" in lowered or (underscore and b"aws_secret_access_key" in lowered)
+
+
 # One regex for every glob: a name that matches none (nearly every name) is answered by one
 # match; only a name that matches one walks the globs to name the first, as the rule.
 _ANY_GLOB = re.compile("|".join(translate(glob) for glob, _ in SENSITIVE_GLOBS))
@@ -190,6 +218,8 @@ def check_path(path: str) -> Finding | None:
 def check_content(data: bytes) -> Finding | None:
     """A finding when the first :data:`HEAD_BYTES` of a file carry a credential's signature."""
     head = data[:HEAD_BYTES]
+    if not _may_hold_cue(head):
+        return None
     lowered = head.lower()
     cued = {index for index, folded, literal in _CUES if literal in (lowered if folded else head)}
     if not cued:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from starforge.contract import sensitive
+from starforge.contract.names import is_sha256
 
 # Coarser than every file system's timestamps we meet (FAT's 2 s, NFS's 1 s, ext4's tick).
 GRANULE_NS = 2_000_000_000
@@ -84,11 +85,18 @@ class HashCache:
             self.entries = data["entries"]
 
     def lookup(self, rel: str, st: os.stat_result) -> str | None:
-        """The cached sha256 of ``rel`` when its stat is exactly the one it was hashed with."""
+        """The cached sha256 of ``rel`` when its stat is exactly the one it was hashed with (a
+        damaged entry, not a sha256, is a miss: the file is read again)."""
         entry = self.entries.get(rel)
-        if isinstance(entry, list) and len(entry) == 2 and entry[0] == stat_key(st):
+        if (
+            isinstance(entry, list)
+            and len(entry) == 2
+            and entry[0] == stat_key(st)
+            and isinstance(entry[1], str)
+            and is_sha256(entry[1])
+        ):
             self.stats.hits += 1
-            return str(entry[1])
+            return entry[1]
         return None
 
     def store(self, rel: str, st: os.stat_result, digest: str, read_started_ns: int) -> None:
