@@ -172,6 +172,25 @@ class Storage:
             return {}
         return self._locate(digests)
 
+    def pinned(self, digests: list[str], known: dict[str, Extent] | None = None) -> Storage:
+        """This store with the extents of ``digests`` looked up once (or given: ``known``, what
+        ``db.packs.locate`` answered for them in the caller's snapshot): one request asks about
+        its package's blobs several times (admission: the stored check, the content check, the
+        config), and each answer would otherwise be a database query. Other digests are still
+        looked up when asked; whether a pack file is there is still asked each time."""
+        asked = {d for d in digests if is_sha256(d)}
+        if known is None:
+            known = self.locate(sorted(asked))
+
+        def locate(wanted: list[str]) -> dict[str, Extent]:
+            found = {d: known[d] for d in wanted if d in known}
+            rest = [d for d in wanted if d not in asked]
+            if rest:
+                found.update(self.locate(rest))
+            return found
+
+        return Storage(self.root, locate)
+
     def open_blob(self, digest: str, extents: Mapping[str, Extent] | None = None) -> BinaryIO:
         """A binary reader of exactly the blob's bytes, a file of its own or packed; raises
         :class:`FileNotFoundError` when the store does not hold it. ``extents``: what

@@ -37,6 +37,7 @@ from starforge.contract.jobspec import JobSpec
 from starforge.contract.names import new_run_id
 from starforge.contract.states import EndReason, JobStatus
 from starforge.server import statemachine
+from starforge.server.db import packs
 from starforge.server.db.models import Attempt, Run
 from starforge.server.executors.base import SupportsCheckPools, SupportsPendingReason
 from starforge.server.runtime import Runtime
@@ -54,6 +55,7 @@ from starforge.server.services import (
 )
 from starforge.server.services import lineage as run_lineage
 from starforge.server.services.images import AdmittedImage
+from starforge.server.storage import Storage
 
 log = logging.getLogger(__name__)
 MAX_CANDIDATES = 8
@@ -164,15 +166,20 @@ def admission_context(rt: Runtime, session: Session, user: str) -> AdmissionCont
 
 
 def admit_request(
-    rt: Runtime, user: str, req: SubmitRequest, context: AdmissionContext
+    rt: Runtime,
+    user: str,
+    req: SubmitRequest,
+    context: AdmissionContext,
+    storage: Storage | None = None,
 ) -> admission.Admitted:
-    """Every admission check of one submission (``POST /jobs`` and each variant of a sweep)."""
+    """Every admission check of one submission (``POST /jobs`` and each variant of a sweep).
+    ``storage``: the store with the package's blobs looked up once (:meth:`Storage.pinned`)."""
     return admission.admit(
         req.spec,
         req.manifest,
         profiles=rt.settings.profiles,
         inventory=rt.inventory,
-        storage=rt.storage,
+        storage=storage or rt.storage,
         quota=context.limits,
         shared_roots=rt.settings.shared_roots,
         executor_check=(
@@ -198,9 +205,11 @@ def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
             return _replay(session, existing, req)
         context = admission_context(rt, session, user)
         have = blobs.owned(session, user, digests)
-    admitted = admit_request(rt, user, req, context)
+        extents = packs.locate(session, digests)
+    storage = rt.storage.pinned(digests, extents)
+    admitted = admit_request(rt, user, req, context, storage)
     limits = context.limits
-    if set(digests) - have or rt.storage.missing(digests):
+    if set(digests) - have or storage.missing(digests):
         blobs.require_owned(rt, user, digests)  # never another user's uploads: names them
     run = _new_run(user, req, admitted)
     run.priority = limits.priority  # the queue orders by the user's priority at submit
