@@ -10,6 +10,7 @@ argument; routers get it from the app. ``wake_scheduler`` is safe to call from a
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -21,9 +22,10 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from starforge.contract.packs import Extent
+from starforge.server.db import packs
 from starforge.server.db.engine import make_engine, make_sessions, migrate, read_only
 from starforge.server.db.models import utcnow
-from starforge.server.db.packs import PackIndex
 from starforge.server.executors.base import Executor, SupportsInventory
 from starforge.server.executors.local import LocalExecutor
 from starforge.server.executors.slurm import SlurmExecutor
@@ -125,13 +127,22 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return None
 
 
+def _locate_packed(engine: Engine, digests: list[str]) -> dict[str, Extent]:
+    """Where the packed ones of ``digests`` lie, read in a read-only transaction of its own:
+    what :class:`Storage` asks (``db.packs``)."""
+    if not digests:
+        return {}
+    with read_only(engine) as conn, Session(bind=conn) as session:
+        return packs.locate(session, digests)
+
+
 def build_runtime(
     settings: Settings, *, executor: Executor | None = None, url: str = ""
 ) -> Runtime:
     """Connect the database (migrating it), prepare storage and the executor."""
     engine = make_engine(settings.db_url)
     migrate(engine)
-    storage = Storage(settings.storage, locate=PackIndex(engine))
+    storage = Storage(settings.storage, locate=functools.partial(_locate_packed, engine))
     storage.root.mkdir(parents=True, exist_ok=True)
     rt = Runtime(
         settings=settings,

@@ -129,8 +129,9 @@ class Storage:
     """Paths under one storage root, and the few operations that must be atomic."""
 
     def __init__(self, root: Path, locate: Locate | None = None) -> None:
-        """``locate``: the extents of the packed ones of some digests (``db.packs.PackIndex``);
-        without it (tests, tools), only blobs stored as files of their own are seen."""
+        """``locate``: the extents of the packed ones of some digests (the runtime asks
+        ``db.packs.locate``); without it (tests, tools), only blobs stored as files of their own
+        are seen."""
         self.root = Path(root)
         self.layout = StorageLayout(self.root)
         self._locate = locate

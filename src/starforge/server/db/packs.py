@@ -12,12 +12,11 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Engine, String, bindparam, select, text
+from sqlalchemy import BigInteger, String, bindparam, select, text
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from starforge.contract.packs import Extent
-from starforge.server.db.engine import read_only
 from starforge.server.db.models import Base, UTCDateTime, utcnow
 
 
@@ -44,19 +43,6 @@ def locate(session: Session, digests: list[str]) -> dict[str, Extent]:
         for digest, pack, start, size in session.execute(_LOCATE, {"digests": wanted[i : i + 500]}):
             found[digest] = Extent(pack, start, size)
     return found
-
-
-class PackIndex:
-    """``locate`` in a read-only transaction of its own: what :class:`Storage` asks."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-
-    def __call__(self, digests: list[str]) -> dict[str, Extent]:
-        if not digests:
-            return {}
-        with read_only(self.engine) as conn, Session(bind=conn) as session:
-            return locate(session, digests)
 
 
 def record(session: Session, pack: str, extents: dict[str, Extent]) -> None:
