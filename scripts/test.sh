@@ -54,9 +54,7 @@ STARFORGE_TEST_REGISTRY=$(bash scripts/registry.sh url)
 export STARFORGE_TEST_REGISTRY
 # --- end Registry
 # Two workers (STARFORGE_TEST_WORKERS): the tests of one outside resource (the Slurm cluster,
-# PostgreSQL's leader election) stay on one worker (tests/conftest.py, --dist loadgroup), and the
-# slowest tests (real training, the fuzzer, then real servers) start first, so that the workers
-# finish together instead of one of them running a minute-long test alone at the end.
+# PostgreSQL's leader election) stay on one worker (tests/conftest.py, --dist loadgroup).
 workers=(-n "${STARFORGE_TEST_WORKERS:-2}" --dist loadgroup --durations=15)
 set +e
 .venv/bin/python -m pytest "${workers[@]}" "$@"
