@@ -16,11 +16,11 @@ def test_podman_argv_of_a_two_gpu_node_is_exactly_this() -> None:
     spec = ContainerSpec(
         name="sf-r-0000000007-2-0",
         image="127.0.0.1:5000/lab/tiny@sha256:" + "a" * 64,
-        argv=["bash", "/data/r7/work/experiments/c1/train.sh"],
-        cwd="/data/r7/work/experiments/c1",
+        argv=["bash", "/w/r7/experiments/c1/train.sh"],
+        cwd="/w/r7/experiments/c1",
         env={"FORGE_RUN_ID": "r-0000000007", "CUDA_VISIBLE_DEVICES": "4,6", "B": "2"},
         mounts=[
-            Mount("/data/r7/work", "/data/r7/work"),
+            Mount("/w/r7", "/w/r7"),
             Mount("/pkg", "/opt/p", True),
         ],
         gpus=[4, 6],
@@ -36,11 +36,11 @@ def test_podman_argv_of_a_two_gpu_node_is_exactly_this() -> None:
         "--memory", "512m", "--memory-swap", "512m",
         "--user", "65534:65534",
         "--device", "nvidia.com/gpu=4", "--device", "nvidia.com/gpu=6",
-        "-v", "/data/r7/work:/data/r7/work", "-v", "/pkg:/opt/p:ro",
+        "-v", "/w/r7:/w/r7", "-v", "/pkg:/opt/p:ro",
         "-e", "B=2", "-e", "CUDA_VISIBLE_DEVICES=0,1", "-e", "FORGE_RUN_ID=r-0000000007",
-        "--workdir", "/data/r7/work/experiments/c1",
+        "--workdir", "/w/r7/experiments/c1",
         "127.0.0.1:5000/lab/tiny@sha256:" + "a" * 64,
-        "bash", "/data/r7/work/experiments/c1/train.sh",
+        "bash", "/w/r7/experiments/c1/train.sh",
     ]  # fmt: skip
 
 
