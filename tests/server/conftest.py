@@ -2,6 +2,10 @@
 PostgreSQL database when ``STARFORGE_TEST_DATABASE_URL`` is set), a runtime with a fake executor,
 and two users (alice, bob) with known tokens. Nothing here opens a socket but the database's.
 Tests marked ``sqlite`` check SQLite's own behaviour and are skipped on PostgreSQL.
+
+On PostgreSQL (the suite's second pass) only the tests that reach a database through
+``database_url`` run again: the others (pure functions, real processes on their own SQLite, the
+migrations' tests that take the cluster themselves) did exactly the same work in the first pass.
 """
 
 from __future__ import annotations
@@ -19,6 +23,20 @@ from starforge.server.settings import Settings, load_settings
 from tests.postgres.databases import URL, Databases, on_postgres
 
 from .factories import INVENTORY, PROFILES, TOKENS, FakeExecutor
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not on_postgres():
+        return
+    here = Path(__file__).parent
+    again, done = [], []
+    for item in items:
+        mine = here in item.path.parents
+        uses_database = "database_url" in getattr(item, "fixturenames", ())
+        (done if mine and not uses_database else again).append(item)
+    if done:
+        config.hook.pytest_deselected(items=done)
+        items[:] = again
 
 
 @pytest.fixture(autouse=True)
