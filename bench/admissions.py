@@ -7,9 +7,10 @@ client, and ``--n`` more spread over 8 concurrent clients (threads, one HTTP con
 
 The anchor, in the same invocation, on the project's Slurm cluster (``scripts/slurm.sh start``;
 ``--slurm`` starts it when it is not running, and stops it again afterwards): ``sbatch --hold``
-of a trivial script, one client and 8 concurrent clients, then ``scancel``. ``slurmrestd`` is
-measured when it is installed (``POST /slurm/v0.0.38/job/submit`` with a held job), else
-reported as absent. The machine's load average is printed with the figures: it is shared.
+of a trivial script, one client and 8 concurrent clients, then ``scancel``; and the same held
+job through ``slurmrestd`` (``POST /slurm/v0.0.38/job/submit`` on its unix socket, started here
+for the measure; see :func:`slurmrestd`), reported as absent when it is not installed. The
+machine's load average is printed with the figures: it is shared.
 
 Usage: .venv/bin/python bench/admissions.py [--n 400] [--slurm]
 """
@@ -128,15 +129,58 @@ def slurm(cluster: Cluster, n: int) -> dict[str, Any]:
     finally:
         cluster.run("scancel", "-u", str(os.getuid()), check=False)
         cluster.wait_empty()
-    rest: dict[str, Any] = {"measured": False, "why": "slurmrestd is not installed here"}
-    if shutil.which("slurmrestd") is not None:
-        rest = {"measured": False, "why": "slurmrestd is installed but not run by this bench"}
     return {
         "sbatch_hold_1_client_per_s": round(one, 1),
         "sbatch_hold_8_clients_per_s": round(eight, 1),
-        "slurmrestd": rest,
+        "slurmrestd": slurmrestd(cluster, n),
         "version": cluster.run("sinfo", "-V").stdout.strip(),
     }
+
+
+def slurmrestd(cluster: Cluster, n: int) -> dict[str, Any]:
+    """Held submissions through ``slurmrestd`` on a unix socket, 1 and 8 clients.
+
+    slurmrestd refuses to run as root, and its local authentication accepts only peers of its
+    own uid: run as root, this bench starts it and its clients (``_slurmrest_client.py``, the
+    standard library under the system's ``python3``) as ``nobody``.
+    """
+    exe = shutil.which("slurmrestd")
+    if exe is None:
+        return {
+            "measured": False,
+            "why": "slurmrestd is not installed (scripts/slurm.sh installs it)",
+        }
+    user = "nobody" if os.getuid() == 0 else str(os.getuid())
+    as_user = ["runuser", "-u", "nobody", "--"] if os.getuid() == 0 else []
+    client = Path(__file__).with_name("_slurmrest_client.py")
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o777)  # the unprivileged daemon makes its socket here
+        sock = Path(tmp) / "rest.sock"
+        argv = [exe, "-a", "rest_auth/local", "-s", "openapi/v0.0.38", f"unix:{sock}"]
+        conf = f"SLURM_CONF={cluster.env['SLURM_CONF']}"
+        with open(Path(tmp) / "slurmrestd.log", "wb") as log:
+            daemon = subprocess.Popen([*as_user, "env", conf, *argv], stdout=log, stderr=log)
+        try:
+            deadline = time.monotonic() + 30
+            while not sock.exists():
+                if daemon.poll() is not None or time.monotonic() > deadline:
+                    why = (Path(tmp) / "slurmrestd.log").read_text(errors="replace").strip()
+                    return {"measured": False, "why": f"slurmrestd did not start: {why[-300:]}"}
+                time.sleep(0.05)
+            done = subprocess.run(
+                [*as_user, "python3", str(client), str(sock), str(n), str(CLIENTS)],
+                capture_output=True,
+                text=True,
+            )
+        finally:
+            daemon.terminate()
+            daemon.wait()
+            cluster.run("scancel", "-u", user, check=False)
+            while cluster.run("squeue", "-h", "-u", user).stdout.strip():
+                time.sleep(0.05)
+    if done.returncode != 0:
+        return {"measured": False, "why": (done.stderr or done.stdout).strip()[-300:]}
+    return {"measured": True, "api": "v0.0.38, rest_auth/local", **json.loads(done.stdout)}
 
 
 def side_by_side(

@@ -32,15 +32,16 @@ log() { echo "slurm.sh: $*" >&2; }
 
 install_packages() {
     local missing=0 cmd
-    for cmd in slurmctld slurmd sinfo sbatch munged; do
+    # slurmrestd is not used by the tests: bench/admissions.py measures it as an anchor.
+    for cmd in slurmctld slurmd sinfo sbatch munged slurmrestd; do
         command -v "$cmd" >/dev/null 2>&1 || missing=1
     done
     [[ $missing -eq 0 ]] && return 0
-    log "installing slurmctld slurmd slurm-client munge from Debian"
+    log "installing slurmctld slurmd slurm-client slurmrestd munge from Debian"
     # Another process may hold apt's lock (a parallel setup): wait for it rather than fail.
     apt-get -o DPkg::Lock::Timeout=300 update -qq
     DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq \
-        --no-install-recommends slurmctld slurmd slurm-client munge >/dev/null
+        --no-install-recommends slurmctld slurmd slurm-client slurmrestd munge >/dev/null
 }
 
 # A pid file names a live process (not a zombie left for PID 1 to reap).
