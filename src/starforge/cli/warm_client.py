@@ -186,6 +186,16 @@ def start_daemon(home: Path | None = None) -> None:
         pass  # no daemon: every submit runs cold, as before
 
 
+def answers(home: Path | None = None) -> bool:
+    """Whether a daemon listens on the home's socket (tests and benchmarks wait on it)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        try:
+            sock.connect(os.fsencode(socket_path(home)))
+        except OSError:
+            return False
+    return True  # the daemon reads no request from this connection, and goes on
+
+
 def stop(home: Path | None = None, timeout_s: float = 30.0) -> bool:
     """End the home's daemon (tests, benchmarks); True when one was running. Commands it is
     running go on: each child reports to its own caller."""
