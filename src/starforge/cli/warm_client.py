@@ -176,6 +176,7 @@ def start_daemon(home: Path | None = None) -> None:
                     str(base),
                     json.dumps(sys.path),
                 ],
+                env=dict(os.environ),  # as the caller's command sees it (and sends it)
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

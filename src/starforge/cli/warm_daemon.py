@@ -117,14 +117,18 @@ class Daemon:
     def _startup(name: str) -> bool:
         return name.startswith(STARTUP_ENV_PREFIXES)
 
-    def serves(self, request: dict[str, Any]) -> bool:
+    def refusal(self, request: dict[str, Any]) -> str | None:
+        """Why this daemon must not run the caller's command (it then exits), or None."""
         env: dict[str, str] = request["env"]
         names = self.env_names | {k for k in env if self._startup(k)} | set(self.env)
-        return (
-            request["context"] == self.context
-            and all(env.get(k) == os.environ.get(k) for k in names)
-            and fingerprint() == self.fingerprint
-        )
+        if request["context"] != self.context:
+            differ = [k for k, v in self.context.items() if request["context"].get(k) != v]
+            return f"the caller's interpreter differs ({', '.join(differ)})"
+        if differ := sorted(k for k in names if env.get(k) != self.env.get(k)):
+            return f"the caller's startup environment differs ({', '.join(differ)})"
+        if fingerprint() != self.fingerprint:
+            return "the installed code has changed"
+        return None
 
     def loop(self, listener: socket.socket, inode: int) -> None:
         listener.settimeout(POLL_S)
@@ -153,7 +157,8 @@ class Daemon:
             if len(head) != HEADER.size or len(fds) != 3:
                 return "bad"
             request = json.loads(_read(conn, HEADER.unpack(head)[0]))
-            if not self.serves(request):
+            if why := self.refusal(request):
+                print(f"warm daemon {os.getpid()} exits: {why}", file=sys.stderr, flush=True)
                 conn.sendall(REPLY.pack(b"S", 0))
                 return "stale"
             conn.settimeout(None)
