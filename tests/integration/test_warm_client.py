@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -199,3 +200,44 @@ def test_the_switch_off_runs_the_command_in_its_own_process(
     daemon(lab.root)
     off = sf_process(*SUBMIT, cwd=lab.root, warm=False)
     assert (off.code, off.warm) == (0, False), off.err
+
+
+def interrupted_follow(lab: Lab, *, warm: bool) -> tuple[str, Sf]:
+    """`sf submit --follow` interrupted by SIGINT to the `sf` process alone (a terminal's Ctrl-C
+    reaches the caller's process group, never the daemon's child) once the job's log shows."""
+    environ = {**os.environ, "STARFORGE_WARM_CLIENT": "1" if warm else "0"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _PROBE, *SUBMIT, "--follow"],
+        cwd=lab.root,
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    lines = [proc.stdout.readline()]
+    while "[topology]" not in lines[-1]:
+        assert lines[-1], f"the log never showed: {lines}"
+        lines.append(proc.stdout.readline())
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    *err_lines, last = err.splitlines()
+    report = json.loads(last)
+    run_id = lines[0].split()[2].rstrip(":")
+    return run_id, Sf(report["code"], "".join(lines) + out, "\n".join(err_lines), report["modules"])
+
+
+def test_ctrl_c_interrupts_a_warm_command_as_it_does_a_cold_one(
+    sf: Callable[..., Result], custom_lab: Callable[..., Lab], daemon: Callable[..., int]
+) -> None:
+    lab = custom_lab(steps=100000, step_seconds=0.05)
+    daemon(lab.root)
+    got = {}
+    for warm in (False, True):
+        run_id, got[warm] = interrupted_follow(lab, warm=warm)
+        assert sf("job", "stop", run_id).code == 0
+        assert got[warm].warm == warm
+    # The same code and lines (a cold one was once seen to add a blank line, once in three).
+    said = {warm: [line for line in got[warm].err.splitlines() if line] for warm in got}
+    assert (got[True].code, said[True]) == (got[False].code, said[False])
+    assert got[True].code == 130
