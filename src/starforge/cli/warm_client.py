@@ -33,7 +33,6 @@ import os
 import signal
 import socket
 import struct
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -162,6 +161,8 @@ def _reply(sock: socket.socket) -> tuple[bytes, int]:
 def start_daemon(home: Path | None = None) -> None:
     """Start the daemon detached (its own session, stdio to its log); at most one per home runs,
     so a second one started meanwhile exits at once."""
+    import subprocess  # only here: a warm submit never needs it
+
     base = home or config.home()
     try:
         folder(base).mkdir(mode=0o700, parents=True, exist_ok=True)
