@@ -1,10 +1,15 @@
 """Resubmitting an unchanged experiment that holds a 500 MB file; prints one JSON document.
 
-Three submits of the same commit on an embedded server: the first (everything hashed and
-uploaded), a resubmit with the client's hash cache removed (the anchor: every file read and
-hashed again, as before the cache), and a plain resubmit (the cache knows every file). The
-aim: the plain resubmit in at most 0.5 s, uploading 0 bytes. Each submit starts once the run
-of the one before has ended (its runner copies the 500 MB package: CPU the submit would share).
+Submits of the same commit on an embedded server: the first (everything hashed and uploaded;
+it also starts the warm client's daemon, as a user's first submit does), a resubmit with the
+client's hash cache removed and the warm client off (the anchor: every file read and hashed
+again, and every import done, as before either), a plain resubmit (the default: the cache knows
+every file and the daemon's child runs the command) and the same with the warm client off
+(``STARFORGE_WARM_CLIENT=0``: the command imports everything itself). The aim: the plain
+resubmit in at most 0.5 s, uploading 0 bytes. The warm resubmit's ``caller_cpu`` is the calling
+process's alone: the daemon's child that does the work is not its child. Each submit starts
+once the run of the one before has ended (its runner copies the 500 MB package: CPU the submit
+would share).
 ``third_party_imports_alone`` is the floor: a fresh interpreter importing only the libraries
 `sf submit` uses (typer, pydantic, httpx, yaml, rich).
 
@@ -20,16 +25,20 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import contextlib
 import json
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from _embedded import CPU, SUBMIT, commit, embedded, make_lab, submitted, summary, timed_sf
 
+from starforge.cli import warm_client
 from starforge.client import config
 from starforge.client.http import Client
 from starforge.contract.states import JobStatus
@@ -89,6 +98,25 @@ def import_floor_s() -> float:
     return time.perf_counter() - began
 
 
+@contextlib.contextmanager
+def warm_client_off() -> Iterator[None]:
+    os.environ[warm_client.SWITCH] = "0"
+    try:
+        yield
+    finally:
+        os.environ.pop(warm_client.SWITCH, None)
+
+
+def wait_until_warm(home: Path) -> int:
+    """Wait for the daemon the first submit started to answer; its pid."""
+    deadline = time.monotonic() + 120
+    while not warm_client.answers(home):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"no warm daemon answered; see {warm_client.folder(home)}")
+        time.sleep(0.05)
+    return int((warm_client.folder(home) / "daemon.pid").read_text())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mebibytes", type=int, default=500)
@@ -99,22 +127,17 @@ def main() -> None:
         lab = make_lab(Path(tmp))
         write_big(lab / "experiments" / "c1" / "assets" / "big.bin", args.mebibytes)
         commit(lab)
+        os.environ.pop(warm_client.SWITCH, None)  # the default: the warm client is on
         with embedded(Path(tmp)) as home:
-            first_s, out = timed_sf(*SUBMIT, cwd=lab)
-            first = submitted(out)
-            wait_until_done(out)
-            cold, warm, uploaded, cold_cpu, warm_cpu = [], [], [], [], []
-            for _ in range(args.runs):
-                shutil.rmtree(home / "cache" / "hashes", ignore_errors=True)
-                seconds, out = timed_sf(*SUBMIT, cwd=lab)
-                cold.append(seconds)
-                cold_cpu.append(CPU[-1])
+            try:
+                first_s, out = timed_sf(*SUBMIT, cwd=lab)
+                first = submitted(out)
                 wait_until_done(out)
-                seconds, out = timed_sf(*SUBMIT, cwd=lab)
-                warm.append(seconds)
-                warm_cpu.append(CPU[-1])
-                uploaded.append(int(submitted(out)["bytes_uploaded"]))  # type: ignore[call-overload]
-                wait_until_done(out)
+                daemon = wait_until_warm(home)
+                figures = resubmits(lab, home, args.runs)
+                figures["warm_daemon_served_every_run"] = daemon == wait_until_warm(home)
+            finally:
+                warm_client.stop(home)
             cache_dir = Path(tmp) / "bench-cache"
             pack_cold = [pack_s(lab, cache_dir, cold=True) for _ in range(args.runs)]
             pack_warm = [pack_s(lab, cache_dir, cold=False) for _ in range(args.runs)]
@@ -124,12 +147,7 @@ def main() -> None:
             {
                 "file_mebibytes": args.mebibytes,
                 "first_submit": {"s": round(first_s, 4), "bytes": first["bytes_uploaded"]},
-                "resubmit_unchanged": {
-                    **summary(warm),
-                    "cpu": summary(warm_cpu),
-                    "bytes_uploaded": max(uploaded),
-                },
-                "anchor_resubmit_without_hash_cache": {**summary(cold), "cpu": summary(cold_cpu)},
+                **figures,
                 "packing_step_with_cache": summary(pack_warm),
                 "anchor_packing_step_without_cache": summary(pack_cold),
                 "third_party_imports_alone": summary(floor),
@@ -138,6 +156,41 @@ def main() -> None:
             indent=2,
         )
     )
+
+
+def resubmits(lab: Path, home: Path, runs: int) -> dict[str, object]:
+    """Each run: the anchor (no hash cache, warm client off), a warm and a cold resubmit."""
+    samples: dict[str, list[float]] = {name: [] for name in ("anchor", "warm", "cold")}
+    cpu: dict[str, list[float]] = {name: [] for name in samples}
+    uploaded: list[int] = []
+    for _ in range(runs):
+        for name in ("anchor", "warm", "cold"):
+            if name == "anchor":
+                shutil.rmtree(home / "cache" / "hashes", ignore_errors=True)
+            with contextlib.ExitStack() as stack:
+                if name != "warm":
+                    stack.enter_context(warm_client_off())
+                seconds, out = timed_sf(*SUBMIT, cwd=lab)
+            samples[name].append(seconds)
+            cpu[name].append(CPU[-1])
+            if name != "anchor":
+                uploaded.append(int(submitted(out)["bytes_uploaded"]))  # type: ignore[call-overload]
+            wait_until_done(out)
+    return {
+        "resubmit_unchanged": {
+            **summary(samples["warm"]),
+            "caller_cpu": summary(cpu["warm"]),
+            "bytes_uploaded": max(uploaded),
+        },
+        "resubmit_unchanged_warm_client_off": {
+            **summary(samples["cold"]),
+            "cpu": summary(cpu["cold"]),
+        },
+        "anchor_resubmit_without_hash_cache_or_warm_client": {
+            **summary(samples["anchor"]),
+            "cpu": summary(cpu["anchor"]),
+        },
+    }
 
 
 if __name__ == "__main__":

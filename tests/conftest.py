@@ -22,6 +22,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # settings, which outranks the environment): the suite's images live in no registry, so a
 # machine that has podman must not make every submission resolve a digest.
 os.environ.setdefault("STARFORGE_CONTAINERS", "none")
+# The suite's `sf` processes run every command themselves and leave no warm daemon behind
+# (tests of the warm client turn it on for the processes they start, and stop their daemons).
+os.environ["STARFORGE_WARM_CLIENT"] = "0"
 
 # Property tests run on loaded CI machines and laptops: time is not what they test, so no
 # deadline and no "too slow" health check (a busy machine failed them). HYPOTHESIS_PROFILE=dev

@@ -12,6 +12,11 @@ from ``click.ClickException``, so the boundary catches typer's public classes an
 ``sf job logs RUN -n N --no-follow`` runs first as :mod:`starforge.cli.fastpath`, before typer is
 imported: that module handles its one strict grammar with the standard library, or answers None
 and the full command runs (so every error message stays with the full command).
+
+``sf submit`` in a real ``sf`` process goes first to :mod:`starforge.cli.warm_client`: a
+background process that has done the imports forks a child that runs this same ``main`` with the
+caller's argv, terminal, directory and environment; without one, the command runs here and one is
+started for the next submit (``STARFORGE_WARM_CLIENT=0``: never).
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     try:
+        if argv is None and (code := _warm(args)) is not None:
+            return code
         if (code := _fast(args)) is not None:
             return code
     except OSError as exc:  # stdout closed (`| head`): as the full command reports it
@@ -95,6 +102,15 @@ def _fast(args: list[str]) -> int | None:
     sys.stdout.write(text)  # as `out.raw` writes a log: no markup, no wrapping
     sys.stdout.flush()
     return 0
+
+
+def _warm(args: list[str]) -> int | None:
+    """The exit code of the command run by the warm daemon, or None to run it here."""
+    if args[:1] != ["submit"]:  # other commands import nothing of it
+        return None
+    from starforge.cli import warm_client
+
+    return warm_client.run(args)
 
 
 def _out() -> Output:
