@@ -9,7 +9,8 @@
   is computed: views of runs (:func:`explain`, ``sf job ls``, ``GET /runs/{id}``, the log
   stream's status events) read it.
   A run the latest pass has not seen yet (submitted since) shows its stored reason and its place
-  by priority and age; the scheduler loop runs a pass on every wake-up, so that is brief.
+  by priority and age; the scheduler loop runs a pass on every wake-up, or, for arrivals to a
+  full cluster, at most :data:`EXPLAIN_S` later (:func:`arrivals_can_wait`), so that is brief.
 * Storing: :func:`save_reasons` writes each waiting run's one-line reason when it changed, through
   :func:`starforge.server.statemachine.set_queued_reasons` (``statemachine`` is the one writer
   of ``runs.reason``).
