@@ -91,6 +91,30 @@ def test_a_revoked_or_expired_token_and_a_disabled_user_are_refused(client: Test
     assert client.get("/whoami", headers=bearer(other)).status_code == 200
 
 
+def test_a_tokens_last_use_is_recorded_on_first_use_and_then_at_most_every_few_minutes(
+    client: TestClient,
+) -> None:
+    token = add(client, "alice")
+    rt: Runtime = client.app.state.runtime  # type: ignore[attr-defined]
+
+    def last_used() -> object:
+        with rt.transaction() as session:
+            digest = users.token_digest(token)
+            return session.scalar(select(Token.last_used_at).where(Token.sha256 == digest))
+
+    assert last_used() is None
+    assert client.get("/whoami", headers=bearer(token)).status_code == 200
+    first = last_used()
+    assert first is not None
+    assert client.get("/whoami", headers=bearer(token)).status_code == 200
+    assert last_used() == first  # a request within LAST_USED_EVERY writes nothing
+    with rt.transaction() as session:  # as if the token was last used long ago
+        row = session.scalars(select(Token).where(Token.sha256 == users.token_digest(token))).one()
+        row.last_used_at = utcnow() - users.LAST_USED_EVERY - timedelta(seconds=1)
+    assert client.get("/whoami", headers=bearer(token)).status_code == 200
+    assert last_used() > first  # type: ignore[operator]
+
+
 def test_the_last_enabled_admin_cannot_be_demoted_or_disabled(client: TestClient) -> None:
     demote = client.put("/users/chief/role", json={"role": "member"}, headers=bearer(ROOT))
     assert demote.status_code == 400 and "last enabled admin" in demote.json()["message"]

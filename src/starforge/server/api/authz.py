@@ -84,8 +84,7 @@ def _user_dependency(rule: Rule) -> Callable[..., users.Caller]:
     def authorized(
         rt: RuntimeDep, authorization: Annotated[str | None, Header()] = None
     ) -> users.Caller:
-        with rt.transaction() as session:
-            caller = users.authenticate(session, authorization)
+        caller = users.authenticate_request(rt, authorization)
         if caller.console_only and rule not in CONSOLE_RULES:
             raise Forbidden(
                 f"a console link's token only reads; {rule.action.replace('-', ' ')} needs one "

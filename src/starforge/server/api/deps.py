@@ -23,8 +23,7 @@ RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 
 def current_user(rt: RuntimeDep, authorization: Annotated[str | None, Header()] = None) -> str:
     """The calling user, with no rule: routes declare theirs with ``authz.authorize``."""
-    with rt.transaction() as session:
-        return users.authenticate(session, authorization)
+    return users.authenticate_request(rt, authorization)
 
 
 UserDep = Annotated[str, Depends(current_user)]

@@ -12,6 +12,12 @@ so however fast runs arrive, planning a long queue takes at most about a quarter
 time and admission keeps the rest. On an idle server a pass takes milliseconds, and so does the
 wait. Any other wake-up (a run ended, a stop, a quota changed) ends the wait at once: freed GPUs
 are never left idle for the sake of a burst.
+
+On a full cluster a burst is not planned at all: while no GPU is free and no queued run could
+preempt, a pass that only arrivals asked for is left until the latest pass is ``EXPLAIN_S`` old
+(``queue.arrivals_can_wait``), so submitting to a long queue costs a few small reads, not a
+replan of the whole queue each time. Nothing that could start waits for it: the check reads
+the database's free GPUs, whatever woke the loop.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import logging
 import time
 
 from starforge.server.runtime import Runtime
-from starforge.server.services import dispatch, preemption
+from starforge.server.services import dispatch, preemption, queue
 
 log = logging.getLogger(__name__)
 TICK_S = 1.0
@@ -30,9 +36,14 @@ GATHER_FACTOR = 3.0
 MAX_GATHER_S = 0.25
 
 
-def run_pass(rt: Runtime) -> int:
-    """One scheduler pass: place what fits, then start it. Returns the number of starts."""
+def run_pass(rt: Runtime, *, arrivals_may_wait: bool = False) -> int:
+    """One scheduler pass: place what fits, then start it. Returns the number of starts.
+
+    ``arrivals_may_wait`` (the loop's passes): skip the pass while only arrivals that can
+    neither start nor preempt woke it (:func:`queue.arrivals_can_wait`)."""
     with rt.loop_lock:
+        if arrivals_may_wait and queue.arrivals_can_wait(rt):
+            return 0
         orders = dispatch.schedule_pass(rt)
         for order in orders:
             dispatch.start_attempt(rt, order)
@@ -65,7 +76,7 @@ async def scheduler_loop(rt: Runtime, wake: asyncio.Event) -> None:
         wake.clear()
         urgent_seen, began = rt.urgent_wakeups, time.monotonic()
         try:
-            await asyncio.to_thread(run_pass, rt)
+            await asyncio.to_thread(run_pass, rt, arrivals_may_wait=True)
         except asyncio.CancelledError:
             raise
         except Exception:  # a bad pass must not end scheduling for good

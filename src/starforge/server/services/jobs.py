@@ -215,8 +215,8 @@ def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
     run.priority = limits.priority  # the queue orders by the user's priority at submit
     try:
         with rt.transaction() as session:
-            statemachine.admit(session, run, reason="waiting for the scheduler", actor=user)
-            session.flush()  # a racing request with the same key fails here, before the answer
+            # A racing request with the same key fails here, before the answer.
+            statemachine.admit_now(session, run, reason="waiting for the scheduler", actor=user)
             response = _response(session, run, created=True, warnings=admitted.warnings)
     except IntegrityError:  # the same key committed meanwhile: answer with that run
         with rt.transaction() as session:

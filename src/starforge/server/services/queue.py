@@ -9,7 +9,8 @@
   is computed: views of runs (:func:`explain`, ``sf job ls``, ``GET /runs/{id}``, the log
   stream's status events) read it.
   A run the latest pass has not seen yet (submitted since) shows its stored reason and its place
-  by priority and age; the scheduler loop runs a pass on every wake-up, so that is brief.
+  by priority and age; the scheduler loop runs a pass on every wake-up, or, for arrivals to a
+  full cluster, at most :data:`EXPLAIN_S` later (:func:`arrivals_can_wait`), so that is brief.
 * Storing: :func:`save_reasons` writes each waiting run's one-line reason when it changed, through
   :func:`starforge.server.statemachine.set_queued_reasons` (``statemachine`` is the one writer
   of ``runs.reason``).
@@ -39,6 +40,7 @@ from starforge.server.runtime import Runtime
 from starforge.server.services import accounting, admission, quotas, scheduler
 
 REFRESH_S = 10.0  # a full cluster still gets a pass this often: fair share's patience moves runs
+EXPLAIN_S = 1.0  # arrivals to a full cluster are explained by a pass at most this much later
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ACTIVE = [s.value for s in ACTIVE]
 
@@ -94,12 +96,14 @@ class Snapshot:
     limits: dict[str, scheduler.Limits] = field(default_factory=dict)
     default: scheduler.Limits = scheduler.UNLIMITED
     wakeups: int = 0  # the runtime's wake-up count when the snapshot was read
+    urgent: int = 0  # and its count of urgent wake-ups (all but arrivals)
     held: dict[str, str] = field(default_factory=dict)  # run id -> why it may not start now
 
 
 def read_snapshot(rt: Runtime) -> Snapshot:
     """Everything one pass reads, as one consistent read that takes no write lock."""
-    wakeups = rt.wakeups  # before reading: a wake-up during the read makes the next pass run
+    # Before reading: a wake-up during the read makes the next pass run.
+    wakeups, urgent = rt.wakeups, rt.urgent_wakeups
     with read_only(rt.engine) as conn:
         queue = conn.execute(_QUEUE).all()
         held = conn.execute(HOLDINGS).all()
@@ -111,6 +115,7 @@ def read_snapshot(rt: Runtime) -> Snapshot:
         limits={user: scheduler.Limits.of(q) for user, q in limits.items()},
         default=scheduler.Limits.of(quotas.defaults(rt.settings)),
         wakeups=wakeups,
+        urgent=urgent,
     )
     shapes: dict[Any, scheduler.QueuedRun] = {}  # most runs share a few shapes: derive each once
     for run_id, user, priority, created_at, stored_pools, reason in queue:
@@ -143,6 +148,39 @@ def needs_pass(rt: Runtime) -> bool:
     return any_gpu_free(rt)
 
 
+_ARRIVALS = select(func.max(Run.priority), func.min(Run.gpus)).where(
+    Run.status == JobStatus.QUEUED.value
+)
+_LOWEST_RUNNING = select(func.min(Run.priority)).where(Run.status == JobStatus.RUNNING.value)
+
+
+def arrivals_can_wait(rt: Runtime) -> bool:
+    """Whether the loop may leave a pass for later: only arrivals woke it since the latest pass
+    (no run ended, nothing was stopped, no quota changed), that pass is younger than
+    ``EXPLAIN_S``, and no queued run can start or preempt now, because no GPU is free, every
+    queued run needs one, and none outranks a running run (with preemption on).
+
+    The database is read, not the wake-ups: whatever freed a GPU, woken or not, ends the wait.
+    A pass over a long queue costs O(queue), so a burst of submissions to a full cluster would
+    otherwise pay O(queue) per submission; the arrivals are explained by a pass at most
+    ``EXPLAIN_S`` later (until then their views show the stored reason and place)."""
+    last = rt.queue_pass
+    if last is None or last.wakeups == rt.wakeups or last.urgent != rt.urgent_wakeups:
+        return False  # nothing new (the tick's business), or something other than arrivals
+    if time.monotonic() - last.at >= EXPLAIN_S:
+        return False
+    with read_only(rt.engine) as conn:
+        held = to_holdings(conn.execute(HOLDINGS).all())
+        top, least_gpus = conn.execute(_ARRIVALS).one()
+        lowest = conn.scalar(_LOWEST_RUNNING) if rt.settings.preemption else None
+    free = scheduler.free_gpus(rt.inventory, ((h.node, h.gpus) for h in held))
+    if any(node.free for node in free.values()):
+        return False
+    if least_gpus is not None and least_gpus <= 0:
+        return False  # a run of no GPU (an export step) starts on a full cluster
+    return not (top is not None and lowest is not None and top > lowest)
+
+
 def decide(rt: Runtime, snap: Snapshot) -> list[scheduler.Decision]:
     """One pass over ``snap``, every waiting run explained; kept as the runtime's latest pass."""
     patience = timedelta(seconds=rt.settings.fair_share_patience_s)
@@ -156,7 +194,9 @@ def decide(rt: Runtime, snap: Snapshot) -> list[scheduler.Decision]:
         overdue_before=utcnow() - patience,
     )
     decisions += held_decisions(snap, len(decisions))
-    rt.queue_pass = scheduler.QueuePass.after(decisions, snap.wakeups, time.monotonic())
+    rt.queue_pass = scheduler.QueuePass.after(
+        decisions, snap.wakeups, time.monotonic(), snap.urgent
+    )
     return decisions
 
 

@@ -585,12 +585,15 @@ class QueuePass:
     queued: int  # how many runs the pass left waiting
     wakeups: int  # the runtime's wake-up count when the pass read the queue
     at: float  # time.monotonic() of the pass
+    urgent: int = 0  # the runtime's urgent wake-up count when the pass read the queue
 
     @classmethod
-    def after(cls, decisions: Sequence[Decision], wakeups: int, at: float) -> QueuePass:
+    def after(
+        cls, decisions: Sequence[Decision], wakeups: int, at: float, urgent: int = 0
+    ) -> QueuePass:
         places: dict[str, int] = {}
         waiting = 0
         for d in decisions:
             places[d.run_id] = waiting + 1
             waiting += 0 if d.starts else 1
-        return cls({d.run_id: d for d in decisions}, places, waiting, wakeups, at)
+        return cls({d.run_id: d for d in decisions}, places, waiting, wakeups, at, urgent)

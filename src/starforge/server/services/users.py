@@ -24,14 +24,19 @@ import os
 import secrets
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, select, true
+from sqlalchemy import ColumnElement, Row, Update, bindparam, select, true, update
 from sqlalchemy.orm import Session
 
 from starforge.contract.auth import Role
 from starforge.contract.errors import Forbidden, Unauthorized, UserNotFound
 from starforge.contract.names import SAFE_SEGMENT
+from starforge.server.db.engine import read_only
 from starforge.server.db.models import Run, Token, User, utcnow
+
+if TYPE_CHECKING:
+    from starforge.server.runtime import Runtime
 
 ADMIN = Role.ADMIN.value
 LOCAL_TOKEN_NAME = "local"
@@ -149,29 +154,80 @@ def _refuse(hint: str, message: str) -> Unauthorized:
     return Unauthorized(message, hint=hint)
 
 
-def authenticate(session: Session, authorization: str | None) -> Caller:
-    """The user behind an ``Authorization: Bearer <token>`` header, or Unauthorized."""
-    hint = "log in again (`sf login`), or restart the local server to renew its token"
+_BY_DIGEST = (
+    select(
+        Token.id,
+        Token.sha256,
+        Token.revoked_at,
+        Token.expires_at,
+        Token.last_used_at,
+        Token.scope,
+        User.name,
+        User.role,
+        User.disabled,
+    )
+    .join(User, User.id == Token.user_id)
+    .where(Token.sha256 == bindparam("digest"))
+)
+_LOGIN_HINT = "log in again (`sf login`), or restart the local server to renew its token"
+
+
+def _digest_of(authorization: str | None) -> str:
     if not authorization:
-        raise _refuse(hint, "this endpoint needs an Authorization: Bearer <token> header")
+        raise _refuse(_LOGIN_HINT, "this endpoint needs an Authorization: Bearer <token> header")
     scheme, _, token = authorization.partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
-        raise _refuse(hint, "the Authorization header must be 'Bearer <token>'")
-    digest = token_digest(token)
-    row = session.scalars(select(Token).where(Token.sha256 == digest)).one_or_none()
+        raise _refuse(_LOGIN_HINT, "the Authorization header must be 'Bearer <token>'")
+    return token_digest(token)
+
+
+def _caller(row: Row[Any] | None, digest: str, now: datetime) -> Caller:
+    """The caller a token's row (:data:`_BY_DIGEST`) names, or Unauthorized."""
     if row is None or not hmac.compare_digest(row.sha256, digest):
-        raise _refuse(hint, "the token is not valid")
-    now = utcnow()
+        raise _refuse(_LOGIN_HINT, "the token is not valid")
     if row.revoked_at is not None:
         raise _refuse("ask for a new token (`sf token create`)", "the token was revoked")
     if row.expires_at is not None and row.expires_at <= now:
         raise _refuse("ask for a new token (`sf token create`)", "the token has expired")
-    if row.owner.disabled:
-        raise _refuse("ask an admin to enable your account", f"user {row.owner.name} is disabled")
-    if row.last_used_at is None or now - row.last_used_at >= LAST_USED_EVERY:
-        row.last_used_at = now
-    return Caller(row.owner.name, Role(row.owner.role), console_only=row.scope == CONSOLE_SCOPE)
+    if row.disabled:
+        raise _refuse("ask an admin to enable your account", f"user {row.name} is disabled")
+    return Caller(row.name, Role(row.role), console_only=row.scope == CONSOLE_SCOPE)
+
+
+def _used_now(row: Row[Any], now: datetime) -> Update | None:
+    """The write that records a token's use, at most once per :data:`LAST_USED_EVERY`."""
+    if row.last_used_at is not None and now - row.last_used_at < LAST_USED_EVERY:
+        return None
+    return update(Token).where(Token.id == row.id).values(last_used_at=now)
+
+
+def authenticate(session: Session, authorization: str | None) -> Caller:
+    """The user behind an ``Authorization: Bearer <token>`` header, or Unauthorized."""
+    digest = _digest_of(authorization)
+    row = session.execute(_BY_DIGEST, {"digest": digest}).one_or_none()
+    now = utcnow()
+    caller = _caller(row, digest, now)
+    assert row is not None
+    if (touch := _used_now(row, now)) is not None:
+        session.execute(touch)
+    return caller
+
+
+def authenticate_request(rt: Runtime, authorization: str | None) -> Caller:
+    """:func:`authenticate` for a request: the token and its user in one read that takes no
+    write lock (a revocation committed before the request began is always seen), and a write
+    transaction only when the token's last use is due to be recorded."""
+    digest = _digest_of(authorization)
+    with read_only(rt.engine) as conn:
+        row = conn.execute(_BY_DIGEST, {"digest": digest}).one_or_none()
+    now = utcnow()
+    caller = _caller(row, digest, now)
+    assert row is not None
+    if (touch := _used_now(row, now)) is not None:
+        with rt.transaction() as session:
+            session.execute(touch)
+    return caller
 
 
 def role_of(session: Session, user: str) -> str:
