@@ -46,6 +46,13 @@ from starforge.server.services import notify
 
 def admit(session: Session, run: Run, *, reason: str, actor: str) -> None:
     """Give a new run its first status, ``queued``, and its first event (from nothing)."""
+    now = _queue(run, reason)
+    session.add(run)
+    session.add(Event(run_id=run.id, at=now, src=None, dst=run.status, reason=reason, actor=actor))
+
+
+def _queue(run: Run, reason: str) -> datetime:
+    """A new run's first status on the object itself; returns the moment it was given."""
     if run.status:
         raise InvalidTransition(f"run {run.id} already has status {run.status}")
     now = utcnow()
@@ -53,8 +60,7 @@ def admit(session: Session, run: Run, *, reason: str, actor: str) -> None:
     set_reason(run, reason, now)
     run.created_at = run.created_at or now
     run.updated_at = now
-    session.add(run)
-    session.add(Event(run_id=run.id, at=now, src=None, dst=run.status, reason=reason, actor=actor))
+    return now
 
 
 _INSERT_RUN = sa.insert(Run.__table__)
@@ -65,13 +71,7 @@ def admit_now(session: Session, run: Run, *, reason: str, actor: str) -> None:
     """:func:`admit`, written at once as two INSERTs instead of through the session's unit of
     work (a third of a submit's CPU): ``run`` stays transient, its fields as committed. A racing
     run with the same idempotency key fails here, with IntegrityError."""
-    if run.status:
-        raise InvalidTransition(f"run {run.id} already has status {run.status}")
-    now = utcnow()
-    run.status = JobStatus.QUEUED.value
-    set_reason(run, reason, now)
-    run.created_at = run.created_at or now
-    run.updated_at = now
+    now = _queue(run, reason)
     columns = Run.__table__.columns.keys()
     given = sa.inspect(run).dict  # the fields set on it: the others take their column defaults
     conn = session.connection()  # plain Core: not even the ORM's bulk path
