@@ -9,6 +9,7 @@ from starforge.runner.container import Mount, parent_artifact_mounts
 
 ROOT = "/s"
 RUN = f"{ROOT}/runs/alice/proj/dpo/r-child00001"
+WORK = f"{RUN}/work"
 
 
 def binding() -> Binding:
@@ -18,7 +19,7 @@ def binding() -> Binding:
         user="alice",
         storage_root=ROOT,
         run_dir=RUN,
-        work_dir=f"{RUN}/work",
+        work_dir=WORK,
         out_dir=f"{RUN}/out",
         log_path=f"{RUN}/logs/attempt-1.log",
     )
@@ -36,7 +37,7 @@ def test_the_parents_checkpoint_is_mounted_read_only_at_its_path() -> None:
     [
         "",
         "org/tiny",  # a hub id
-        f"{RUN}/work/models/tiny-llama",  # in the package: mounted with the work dir
+        f"{WORK}/models/tiny-llama",  # in the package: mounted with the work dir
         "/etc",  # not under the storage root's runs
         f"{ROOT}/runs/../../etc",
     ],
