@@ -15,28 +15,34 @@ start, default signal handlers, and exits with ``main``'s code after its non-dae
 (an uncaught exception is printed to the log and exits 1, as the interpreter would). The answer
 is sent only once the child leads its session, so a stop right after the start reaches it.
 
+``python -m starforge.runner.warm --trainer MODULE`` is the warm trainer: it also imports the
+training stack (:data:`TRAINER_PRELOAD`: torch, transformers, datasets, accelerate, trl) and
+marks it imported (:mod:`starforge.runner.jobfork`), so the runners it forks can fork their
+python jobs instead of starting a fresh interpreter. The local executor starts it, under the
+environment its jobs will have, at the first start of a trl run.
+
 The warm process ignores SIGCHLD, so the kernel reaps its children and none lingers as a zombie;
-it has no threads (forking is safe) and ends when its stdin closes (the server went away): the
-runners it started live on, in their own sessions, as fresh ones would.
+it has no Python threads (forking is safe; the warm trainer's pyarrow keeps a jemalloc thread,
+which handles forks itself) and ends when its stdin closes (the server went away): the runners
+it started live on, in their own sessions, as fresh ones would.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
+import gc
 import importlib
 import json
 import os
 import runpy
 import signal
 import sys
-import threading
-import traceback
 from pathlib import Path
 from typing import Any
 
 import starforge.runner.main  # noqa: F401
 from starforge.catalog.loader import all_methods
+from starforge.runner import fresh, jobfork
 
 RUNNER_MODULE = "starforge.runner"
 # What a runner imports on its way (some lazily: the HTTP stack, the framework adapters),
@@ -55,6 +61,22 @@ PRELOAD = (
     "starforge.catalog.adapters.trl",
     "starforge.catalog.adapters.verl",
 )
+TRAINER_FLAG = "--trainer"
+# What the trl templates and the export and eval steps import, attributes included: trl and
+# transformers load their classes lazily, on first access.
+TRAINER_PRELOAD = (
+    "yaml",
+    "torch",
+    "numpy",
+    "transformers:AutoModelForCausalLM,AutoTokenizer,LlamaConfig,PreTrainedTokenizerFast,"
+    "PrinterCallback,TrainerCallback,TrainerState",
+    "tokenizers",
+    "datasets:load_dataset",
+    "accelerate",
+    "trl:SFTConfig,SFTTrainer,GRPOConfig,GRPOTrainer,DPOConfig,DPOTrainer",
+)
+# Replaces the list above (space-separated entries): a test's lighter stack.
+TRAINER_PRELOAD_ENV = "STARFORGE_WARM_TRAINER_PRELOAD"
 
 
 def preload() -> None:
@@ -107,55 +129,43 @@ def _child(module: str, binding: str, log: str, env: dict[str, str], ready_w: in
         os.write(ready_w, b"1")
         os.close(ready_w)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        _redirect(log)
-        os.chdir(Path(binding).parent)
-        os.environ.clear()
-        os.environ.update(env)
+        out = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fresh.become(stdin=os.devnull, stdout=out, cwd=str(Path(binding).parent), env=env)
         sys.argv = [module, binding]  # runpy puts the module's file first, as ``-m`` does
-        code = _run(module)
+        code = fresh.outcome(lambda: runpy.run_module(module, run_name="__main__", alter_sys=True))
     finally:
-        os._exit(code)
+        fresh.exit_like_python(code)
 
 
-def _redirect(log: str) -> None:
-    """stdin from /dev/null, stdout and stderr into the log (appended), nothing else open."""
-    null = os.open(os.devnull, os.O_RDONLY)
-    out = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    os.dup2(null, 0)
-    os.dup2(out, 1)
-    os.dup2(out, 2)
-    keep = {0, 1, 2}
-    for name in os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else []:
-        fd = int(name)
-        if fd not in keep:
-            with contextlib.suppress(OSError):  # the listing's own descriptor, closed already
-                os.close(fd)
-
-
-def _run(module: str) -> int:
-    """``python -m module``, as a fresh interpreter ends it: its exit code, once its non-daemon
-    threads ended and its atexit functions ran; an uncaught exception is printed, code 1."""
-    code: int = 0
-    try:
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except BaseException:
-        traceback.print_exc()
-        code = 1
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
-    return int(code)
+def preload_trainer(before: dict[str, str], names: tuple[str, ...] = TRAINER_PRELOAD) -> None:
+    """Import the training stack (``module`` or ``module:attr,attr`` for lazy attributes), then
+    record ``before``, the environment it was imported under (:func:`jobfork.mark_imported`).
+    Not when an import initialised CUDA: a forked child could not use it."""
+    for entry in names:
+        name, _, attrs = entry.partition(":")
+        try:
+            module = importlib.import_module(name)
+            for attr in filter(None, attrs.split(",")):
+                getattr(module, attr)
+        except Exception:  # not installed here, or broken: its jobs import it themselves
+            continue
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    if cuda is not None and cuda.is_initialized():
+        return
+    jobfork.mark_imported(before)
+    gc.freeze()  # the imported objects stay out of the collector: fewer pages copied per fork
 
 
 def main(argv: list[str]) -> int:
+    trainer = bool(argv) and argv[0] == TRAINER_FLAG
+    args = argv[1:] if trainer else argv
+    before = dict(os.environ)
     preload()
-    serve(sys.stdin, sys.stdout, argv[0] if argv else RUNNER_MODULE)
+    if trainer:
+        names = os.environ.get(TRAINER_PRELOAD_ENV)
+        preload_trainer(before, tuple(names.split()) if names is not None else TRAINER_PRELOAD)
+    serve(sys.stdin, sys.stdout, args[0] if args else RUNNER_MODULE)
     return 0
 
 
