@@ -37,7 +37,7 @@ from starforge.contract.jobspec import JobSpec, Manifest
 from starforge.contract.layout import UNPACKED_MARKER, RunLayout
 from starforge.contract.packs import read_extents
 from starforge.contract.states import EndReason
-from starforge.runner import container, datasets, jobuser, slurm
+from starforge.runner import container, datasets, jobfork, jobuser, slurm
 from starforge.runner import secrets as job_secrets
 from starforge.runner.preflight import check_packages
 from starforge.runner.report import Reporter, write_exit_record, write_runner_record
@@ -53,7 +53,8 @@ class Runner:
         self.binding = binding
         self.log = log
         self.reporter = Reporter(binding, self.say, on_fenced=self.on_fenced)
-        self.child: subprocess.Popen[bytes] | None = None
+        self.child: subprocess.Popen[bytes] | jobfork.ForkedJob | None = None
+        self.standby: jobfork.Standby | None = None  # see _start_child
         self.container = ""  # the container's name while the job runs inside its image
         self._program = ""  # what the container starts first (its absence: a startup failure)
         self.terminating = False
@@ -201,6 +202,8 @@ class Runner:
         self.say(f"run {b.run_id} attempt {b.attempt} node {b.node_rank}/{b.nnodes} starting")
         if b.resume_from:
             self.say(f"resuming from {b.resume_from}")
+        # Before the reporter's thread: a fork must be made while this process has one thread.
+        self.standby = jobfork.Standby.fork()
         self.reporter.start()
         self.reporter.send("starting", at_once=False)  # a quick start sends it with "running"
         try:
@@ -224,15 +227,7 @@ class Runner:
         self.say(f"running: {' '.join(plan.argv)} (cwd {plan.cwd})")
         self.reporter.send("running")
         try:
-            self.child = subprocess.Popen(
-                argv,
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE if self.masker else self.log,
-                stderr=subprocess.STDOUT,
-                **popen_user,
-            )
+            self.child = self._start_child(argv, cwd, env, popen_user)
         except OSError as exc:  # not executable, or not by the job's user
             self.say(f"startup failed: could not start {argv[0]}: {exc}")
             if as_user:
@@ -256,6 +251,33 @@ class Runner:
         if reason is None:
             reason = EndReason.COMPLETED if code == 0 else EndReason.EXIT_NONZERO
         return self._finish(code, reason)
+
+    def _start_child(
+        self, argv: list[str], cwd: str, env: dict[str, str], popen_user: dict[str, Any]
+    ) -> subprocess.Popen[bytes] | jobfork.ForkedJob:
+        """The job: the standby forked from the warm trainer turned into it when it can be (a
+        python job on the host, as the runner's user), else a fresh process."""
+        standby, self.standby = self.standby, None
+        if standby is not None:
+            if self.container or popen_user:
+                standby.cancel()
+            else:
+                log_fd = None if self.masker else self.log.fileno()
+                per_run = set(self.dataset_env)
+                job = standby.launch(argv, cwd, env, log_fd=log_fd, per_run=per_run)
+                if isinstance(job, jobfork.ForkedJob):
+                    self.say("the job's interpreter was forked with its libraries imported")
+                    return job
+                self.say(f"the job starts in a fresh interpreter: {job}")
+        return subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE if self.masker else self.log,
+            stderr=subprocess.STDOUT,
+            **popen_user,
+        )
 
     def _launch_command(
         self, plan: LaunchPlan, as_user: dict[str, Any]
@@ -318,6 +340,9 @@ class Runner:
             self.say(f"secrets removed since admission, not given: {', '.join(gone)}")
 
     def _finish(self, code: int, reason: EndReason | None) -> int:
+        if self.standby is not None:  # the run ended before its job started
+            self.standby.cancel()
+            self.standby = None
         if self.masker is not None:
             job_secrets.remove_files(self.binding)
         if self.terminating and code != 0 and slurm.under_slurm(os.environ):
