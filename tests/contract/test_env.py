@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from starforge.contract.env import KNOWN_KEYS, Binding, job_env
+from starforge.contract.env import KNOWN_KEYS, Binding, import_env, is_per_run, job_env
 from starforge.contract.jobspec import InputKind, InputRef, Inputs, JobSpec, MethodRef, Provenance
 from starforge.contract.profiles import Pool
 
@@ -108,3 +108,17 @@ def test_every_platform_key_is_declared_known() -> None:
 
 def test_profile_env_cannot_override_the_platform_topology() -> None:
     assert job_env(spec(), binding())["NODE_RANK"] == "0"
+
+
+def test_the_import_env_is_the_jobs_environment_without_its_per_run_variables() -> None:
+    env = job_env(spec(), binding())
+    imports = import_env(binding())
+    assert imports == {
+        "HF_HUB_OFFLINE": "1",
+        "HF_HOME": "/s/cache/hf",
+        "PYTHONUNBUFFERED": "1",
+        "NCCL_DEBUG": "WARN",  # the profile's env: it may be read at import
+    }
+    assert {k: v for k, v in env.items() if not is_per_run(k)} == imports
+    assert is_per_run("FORGE_RUN_ID") and is_per_run("CUDA_VISIBLE_DEVICES")
+    assert not is_per_run("HF_HOME")

@@ -55,6 +55,9 @@ class Binding(Contract):
     extra_env: dict[str, str] = Field(default_factory=dict)
     image: str = ""  # the image the run records; "" = none
     containers: str = ""  # the server's runtime in effect: "podman" runs the job in the image
+    # The method's framework (trl, verl, custom, ...): the local executor starts the runner of
+    # a trl job from its warm trainer, which has the training stack imported.
+    framework: str = ""
 
 
 KNOWN_KEYS: tuple[str, ...] = (
@@ -98,6 +101,36 @@ KNOWN_KEYS: tuple[str, ...] = (
     "HF_HOME",
     "PYTHONUNBUFFERED",
 )
+# What differs between two runs, or two nodes, of one server: read when the job works, never
+# when a library is imported (CUDA_VISIBLE_DEVICES at CUDA's first use, the rendezvous at
+# init_process_group, the rest by our own code).
+PER_NODE_KEYS = frozenset(
+    {"NNODES", "NODE_RANK", "GPUS_PER_NODE", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES"}
+)
+
+
+def is_per_run(name: str) -> bool:
+    """Whether the platform sets ``name`` anew for each run or node (see :func:`import_env`)."""
+    return name.startswith(("FORGE_", "STARFORGE_")) or name in PER_NODE_KEYS
+
+
+def _server_fixed(b: Binding) -> dict[str, str]:
+    """The variables of :func:`job_env` that are the same for every run of one server."""
+    return {
+        "HF_HUB_OFFLINE": "1" if b.hf_offline else "",
+        "HF_HOME": f"{b.storage_root}/cache/hf",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def import_env(b: Binding) -> dict[str, str]:
+    """What :func:`job_env` sets besides the per-run variables (:func:`is_per_run`): the part of
+    a job's environment that libraries may read when they are imported, the same for every run
+    of one server and profile. The warm trainer imports the training stack under it."""
+    env = _server_fixed(b)
+    for key, value in b.extra_env.items():
+        env.setdefault(key, value)
+    return {k: v for k, v in env.items() if v != "" and not is_per_run(k)}
 
 
 def make_binding(
@@ -123,6 +156,7 @@ def make_binding(
     job_user: str = "",
     image: str = "",
     containers: str = "",
+    framework: str = "",
 ) -> Binding:
     """The binding of one node: the one maker, used by dispatch and by ``sf submit --dry-run``.
 
@@ -158,6 +192,7 @@ def make_binding(
         extra_env=dict(own.env),
         image=image,
         containers=containers,
+        framework=framework,
     )
 
 
@@ -224,9 +259,7 @@ def job_env(spec: JobSpec, b: Binding) -> dict[str, str]:
         "STARFORGE_ENDPOINT": b.endpoint,
         "STARFORGE_RUN_ID": b.run_id,
         "STARFORGE_TOKEN": b.job_token,  # never b.run_token: the job may not post lifecycle
-        "HF_HUB_OFFLINE": "1" if b.hf_offline else "",
-        "HF_HOME": f"{b.storage_root}/cache/hf",
-        "PYTHONUNBUFFERED": "1",
+        **_server_fixed(b),
     }
     # Profile env may add keys but never override what the platform decided.
     for key, value in b.extra_env.items():

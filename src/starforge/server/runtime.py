@@ -162,4 +162,4 @@ def make_executor(settings: Settings) -> Executor:
     if settings.executor == "slurm":
         # Pyxis containers see the storage root at the same path (the shared filesystem).
         return SlurmExecutor(settings.slurm, settings.runner_command, [str(settings.storage)])
-    return LocalExecutor(settings.runner_command)
+    return LocalExecutor(settings.runner_command, warm_trainer=settings.warm_trainer)

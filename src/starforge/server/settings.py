@@ -151,6 +151,9 @@ class Settings(BaseSettings):
     executor: Literal["local", "slurm"] = "local"
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
     runner_command: list[str] = Field(default_factory=default_runner_command)
+    # The local executor forks trl jobs from a warm trainer that has torch, transformers and trl
+    # imported (runner/jobfork.py); off, every job starts a fresh interpreter.
+    warm_trainer: bool = True
     stop_grace_s: float = Field(default=10.0, ge=0)
     # Lifecycle: a pause waits this long for the checkpoint before SIGKILL; runners beat every
     # heartbeat_s and one silent for lost_after_s (counted from this server's start at the

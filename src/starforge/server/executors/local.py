@@ -19,6 +19,15 @@ server's environment of the moment). The warm process ends when this server does
 closes); the runners live on. When it is absent, dead or answers with an error, that start (and
 the next, which starts a new warm process) takes a fresh interpreter, as any other runner
 command always does.
+
+The runner of a trl job on the host (no image to run it in, no job user) is forked instead by
+the warm trainer (``--trainer``), which has also imported torch, transformers, datasets,
+accelerate and trl, so that the runner can fork its job rather than start a fresh interpreter
+(:mod:`starforge.runner.jobfork`). It is started at the first such start, which waits for its
+imports (what the job would have spent on them), under the environment its jobs will have
+(:func:`~starforge.contract.env.import_env`); a start that needs another environment replaces
+it. The runner checks the environment again before it forks, so a mismatch costs speed only.
+``warm_trainer: false`` (``STARFORGE_WARM_TRAINER=0``) turns it off.
 """
 
 from __future__ import annotations
@@ -34,11 +43,14 @@ import threading
 from pathlib import Path
 from typing import IO
 
+from starforge.contract.env import Binding, import_env
 from starforge.contract.errors import StarForgeError
 
 log = logging.getLogger(__name__)
 PREFIX = "local:"
 WARM_MODULE = "starforge.runner.warm"
+TRAINER_FLAG = "--trainer"  # starforge.runner.warm's flag for the warm trainer
+TRAINER_FRAMEWORKS = frozenset({"trl"})  # whose jobs import what the warm trainer imports
 ANSWER_TIMEOUT_S = 120.0  # a fork takes milliseconds; the first answer waits for the imports
 
 
@@ -80,17 +92,25 @@ def pid_alive(pid: int) -> bool:
 class LocalExecutor:
     name = "local"
 
-    def __init__(self, command: list[str]) -> None:
+    def __init__(self, command: list[str], *, warm_trainer: bool = True) -> None:
         self.command = list(command)
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._lock = threading.Lock()
         # ``python -m MODULE`` (the default runner's form) can be forked by a warm runner.
         warm = len(command) == 3 and command[1] == "-m"
         self._warm = WarmRunner([command[0], "-m", WARM_MODULE, command[2]]) if warm else None
+        self._trainer: WarmRunner | None = None
+        if warm and warm_trainer:
+            # Its first answer waits for torch, transformers and trl: long on a loaded machine.
+            trainer = [command[0], "-m", WARM_MODULE, TRAINER_FLAG, command[2]]
+            self._trainer = WarmRunner(trainer, answer_timeout_s=300.0)
 
     def start(self, binding_path: Path, log_path: Path) -> str:
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        pid = self._warm.start(binding_path, log_path) if self._warm is not None else None
+        warm, env = self._warm, None
+        if self._trainer is not None and (imports := trainer_env(binding_path)) is not None:
+            warm, env = self._trainer, imports
+        pid = warm.start(binding_path, log_path, env) if warm is not None else None
         if pid is not None:
             return f"{PREFIX}{pid}"  # the warm process reaps it; liveness comes from /proc
         with open(log_path, "ab") as out:
@@ -109,9 +129,10 @@ class LocalExecutor:
         return f"{PREFIX}{proc.pid}"
 
     def close(self) -> None:
-        """End the warm runner (the runners it started live on)."""
-        if self._warm is not None:
-            self._warm.close()
+        """End the warm runners (the runners they started live on)."""
+        for warm in (self._warm, self._trainer):
+            if warm is not None:
+                warm.close()
 
     def reap(self) -> None:
         """Collect every finished child so none lingers as a zombie."""
@@ -179,19 +200,40 @@ class LocalExecutor:
         return True
 
 
+def trainer_env(binding_path: Path) -> dict[str, str] | None:
+    """What the warm trainer must import under to start the runner of this binding, or None
+    when its job would not be forked from it anyway (not trl, inside an image, another user)."""
+    try:
+        b = Binding.read(binding_path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    in_image = bool(b.image) and b.containers == "podman"
+    if b.framework not in TRAINER_FRAMEWORKS or in_image or b.job_user:
+        return None
+    return {**os.environ, **import_env(b)}
+
+
 class WarmRunner:
     """The client side of :mod:`starforge.runner.warm`: one request line, one answer line."""
 
-    def __init__(self, command: list[str]) -> None:
+    def __init__(self, command: list[str], answer_timeout_s: float = ANSWER_TIMEOUT_S) -> None:
         self.command = command
+        self.answer_timeout_s = answer_timeout_s
         self._proc: subprocess.Popen[str] | None = None
+        self._env: dict[str, str] | None = None  # what the running process was started with
         self._lock = threading.Lock()
 
-    def start(self, binding_path: Path, log_path: Path) -> int | None:
-        """The pid of the runner the warm process forked, or None (start a fresh one)."""
+    def start(
+        self, binding_path: Path, log_path: Path, env: dict[str, str] | None = None
+    ) -> int | None:
+        """The pid of the runner the warm process forked, or None (start a fresh one). ``env``:
+        the environment the warm process must have been started with (a process started with
+        another one is replaced); None takes the server's of its first start."""
         request = {"binding": str(binding_path), "log": str(log_path), "env": dict(os.environ)}
         with self._lock:
-            proc = self._process()
+            if env is not None and self._proc is not None and env != self._env:
+                self._drop(self._proc)
+            proc = self._process(env)
             if proc is None:
                 return None
             stdin, stdout = _pipes(proc)
@@ -213,7 +255,7 @@ class WarmRunner:
     def _answer(self, proc: subprocess.Popen[str], stdout: IO[str]) -> dict[str, object]:
         """Its answer; an error when it went silent after reading the request, since it may
         have forked the runner then: starting a second one could run the node twice."""
-        ready, _, _ = select.select([stdout], [], [], ANSWER_TIMEOUT_S)
+        ready, _, _ = select.select([stdout], [], [], self.answer_timeout_s)
         line = stdout.readline() if ready else ""
         try:
             answer = json.loads(line) if line else None
@@ -224,7 +266,7 @@ class WarmRunner:
             raise StarForgeError("the warm runner went away while starting the runner")
         return answer
 
-    def _process(self) -> subprocess.Popen[str] | None:
+    def _process(self, env: dict[str, str] | None) -> subprocess.Popen[str] | None:
         if self._proc is not None and self._proc.poll() is None:
             return self._proc
         try:
@@ -236,7 +278,9 @@ class WarmRunner:
                 text=True,
                 start_new_session=True,  # a signal to the server's group is not the runners'
                 close_fds=True,
+                env=env,
             )
+            self._env = env
         except OSError:
             log.warning("could not start the warm runner", exc_info=True)
             self._proc = None

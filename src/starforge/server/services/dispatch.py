@@ -23,6 +23,7 @@ import logging
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -179,6 +180,13 @@ def place_run(
     return StartOrder(run.id, number, starts, pools=pools, image=run.image)
 
 
+def framework_of(spec: dict[str, Any]) -> str:
+    """The framework of the run's method (``trl`` of ``trl/sft``); "" when unreadable."""
+    method = spec.get("method") if isinstance(spec, dict) else None
+    ident = method.get("id") if isinstance(method, dict) else None
+    return ident.split("/", 1)[0] if isinstance(ident, str) else ""
+
+
 def write_bindings(
     rt: Runtime,
     run: Run,
@@ -220,6 +228,7 @@ def write_bindings(
             job_user=rt.settings.job_user_name,
             image=run.image,
             containers=runtime_for_runs(rt.settings.containers),
+            framework=framework_of(run.spec),
         )
         path = rt.storage.binding_path(run_dir, number, slot.rank)
         rt.storage.write_binding(path, binding.model_dump(mode="json"))
