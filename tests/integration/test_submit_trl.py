@@ -36,6 +36,8 @@ def test_trl_grpo_run_succeeds_logs_its_steps_and_its_reward_rises(
     ]
     got = sf("submit", "g1", *args, "--follow", cwd=lab.root)
     assert got.code == 0, got.err + got.out[-3000:]
+    # Forked by the warm trainer with torch and trl imported, not a fresh interpreter.
+    assert "the job's interpreter was forked with its libraries imported" in got.out
     metrics = [
         json.loads(ln.removeprefix("[metrics] "))
         for ln in got.out.splitlines()
