@@ -69,6 +69,7 @@ def job_environ(env: dict[str, str]) -> dict[str, str]:
 
 
 def imported_under() -> dict[str, str] | None:
+    """The environment the training stack was imported under; None when it was not."""
     return _imported_under
 
 
