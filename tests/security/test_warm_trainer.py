@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from starforge.server.executors.local import LocalExecutor
+from tests.server.test_warm_trainer import Starts
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -38,3 +41,20 @@ def test_a_job_for_another_user_is_never_forked_from_the_root_warm_trainer(
     else:
         assert answer["code"] == 0
         assert f"uid {pwd.getpwnam('nobody').pw_uid}" in log.read_text()
+
+
+def test_the_warm_trainer_holds_none_of_the_servers_settings_a_forked_job_could_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What a job forked from the warm trainer finds in /proc/self/environ is what the warm
+    # trainer was started with: a fresh job's environment never has the server's settings.
+    monkeypatch.setenv("STARFORGE_DATABASE_URL", "postgresql://forge:hunter2@db.lab/forge")
+    monkeypatch.setenv("STARFORGE_WARM_TRAINER_PRELOAD", "json")
+    starts = Starts(LocalExecutor([sys.executable, "-m", "tests.server.trainer_target"]))
+    try:
+        seen = starts.start(tmp_path, "sft", framework="trl")
+        assert seen["imported"] is True
+        assert "STARFORGE_DATABASE_URL" not in seen["exec_env"]
+        assert "HF_HOME" in seen["exec_env"]  # what its jobs are imported under
+    finally:
+        starts.close()

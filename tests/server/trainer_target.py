@@ -15,6 +15,13 @@ def forked_by() -> list[str]:
         return [part.decode() for part in fh.read().split(b"\0") if part]
 
 
+def environ_at_exec() -> set[str]:
+    """The names in /proc/self/environ: what the process that forked this one was started with
+    (fork keeps it; os.environ's later changes do not reach it)."""
+    with open("/proc/self/environ", "rb") as fh:
+        return {item.split(b"=", 1)[0].decode() for item in fh.read().split(b"\0") if item}
+
+
 if __name__ == "__main__":
     imported = jobfork.imported_under()
     print(
@@ -24,6 +31,7 @@ if __name__ == "__main__":
                 "imported": imported is not None,
                 "hf_home": (imported or {}).get("HF_HOME"),
                 "binding": sys.argv[1],
+                "exec_env": sorted(environ_at_exec()),
             }
         ),
         flush=True,

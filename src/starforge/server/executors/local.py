@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 PREFIX = "local:"
 WARM_MODULE = "starforge.runner.warm"
 TRAINER_FLAG = "--trainer"  # starforge.runner.warm's flag for the warm trainer
+TRAINER_PRELOAD_ENV = "STARFORGE_WARM_TRAINER_PRELOAD"  # and its variable: what it imports
 TRAINER_FRAMEWORKS = frozenset({"trl"})  # whose jobs import what the warm trainer imports
 ANSWER_TIMEOUT_S = 120.0  # a fork takes milliseconds; the first answer waits for the imports
 
@@ -210,7 +211,14 @@ def trainer_env(binding_path: Path) -> dict[str, str] | None:
     in_image = bool(b.image) and b.containers == "podman"
     if b.framework not in TRAINER_FRAMEWORKS or in_image or b.job_user:
         return None
-    return {**os.environ, **import_env(b)}
+    # A forked job's /proc/self/environ is the warm trainer's: none of the server's settings
+    # (its database URL, say) may be in it, as none is in a fresh job's environment.
+    server = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("STARFORGE_", "FORGE_")) or k == TRAINER_PRELOAD_ENV
+    }
+    return {**server, **import_env(b)}
 
 
 class WarmRunner:
