@@ -16,3 +16,8 @@ if [[ ! -f "$stamp" || pyproject.toml -nt "$stamp" ]]; then
     .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[train,dev]'
     touch "$stamp"
 fi
+# Compile our modules once, as pip does for an installed package: this kind of machine sets
+# PYTHONDONTWRITEBYTECODE=1, so every server, runner, job and test helper process would compile
+# them again (an up-to-date file is skipped; a stale .pyc is never used). The catalog's
+# templates are copied into labs and run there, never imported from here: left alone.
+.venv/bin/python -m compileall -q -x '/template/' src tests
