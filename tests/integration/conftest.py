@@ -26,6 +26,19 @@ from tests.postgres.databases import URL, Databases, on_postgres
 pytestmark = pytest.mark.integration
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # On PostgreSQL (the suite's second pass) the tests of the client and the transport (the
+    # warm client, the logs fast path, TLS, connectivity, dry runs) would do exactly what they
+    # did on SQLite: they are not run again.
+    if not on_postgres():
+        return
+    here = Path(__file__).parent
+    done = [i for i in items if here in i.path.parents and i.get_closest_marker("client")]
+    if done:
+        config.hook.pytest_deselected(items=done)
+        items[:] = [i for i in items if i not in done]
+
+
 @pytest.fixture(scope="session")
 def databases() -> Iterator[Databases | None]:
     if not on_postgres():

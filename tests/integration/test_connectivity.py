@@ -7,7 +7,7 @@ import pytest
 
 from tests.conftest import Result
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.client]
 
 
 def test_server_not_reachable_is_one_line_with_a_hint(

@@ -10,7 +10,7 @@ import pytest
 from starforge.project.lab import Lab
 from tests.conftest import Result
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.client]
 
 
 def dry_run(sf: Callable[..., Result], lab: Lab, *args: str) -> dict[str, Any]:

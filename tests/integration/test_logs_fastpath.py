@@ -16,7 +16,7 @@ from starforge.project.lab import Lab
 from tests.conftest import Result
 from tests.integration.conftest import wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.client]
 HEAVY = ("typer", "pydantic", "httpx", "rich")
 
 _PROBE = """

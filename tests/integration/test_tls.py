@@ -22,6 +22,7 @@ from tests.conftest import Result
 
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.client,
     pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed"),
 ]
 

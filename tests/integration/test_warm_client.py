@@ -24,7 +24,7 @@ from starforge.project.lab import Lab
 from tests.conftest import Result
 from tests.integration.conftest import wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.client]
 HEAVY = ("typer", "pydantic", "httpx", "rich")
 IMAGE = "reg.example/t@sha256:" + "0" * 64
 SUBMIT = ("submit", "c1", "--profile", "h200:1", "--image", IMAGE)
