@@ -140,7 +140,7 @@ def _child(module: str, binding: str, log: str, env: dict[str, str], ready_w: in
 def preload_trainer(before: dict[str, str], names: tuple[str, ...] = TRAINER_PRELOAD) -> None:
     """Import the training stack (``module`` or ``module:attr,attr`` for lazy attributes), then
     record ``before``, the environment it was imported under (:func:`jobfork.mark_imported`).
-    Not when an import initialised CUDA: a forked child could not use it."""
+    Not when an import initialised CUDA (:func:`cuda_touched`): a forked job could not use it."""
     for entry in names:
         name, _, attrs = entry.partition(":")
         try:
@@ -149,12 +149,32 @@ def preload_trainer(before: dict[str, str], names: tuple[str, ...] = TRAINER_PRE
                 getattr(module, attr)
         except Exception:  # not installed here, or broken: its jobs import it themselves
             continue
-    torch = sys.modules.get("torch")
-    cuda = getattr(torch, "cuda", None)
-    if cuda is not None and cuda.is_initialized():
+    if cuda_touched():
         return
     jobfork.mark_imported(before)
     gc.freeze()  # the imported objects stay out of the collector: fewer pages copied per fork
+
+
+def cuda_touched() -> bool:
+    """Whether this process initialised CUDA's driver: then no child of a fork may use CUDA.
+    torch initialises it lazily, but ``torch.cuda.is_available()`` (which an import may call)
+    already runs ``cuInit``, which loads libcuda and opens /dev/nvidiactl."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    if cuda is not None and cuda.is_initialized():
+        return True
+    try:
+        with open("/proc/self/maps") as maps:
+            if any("/libcuda.so" in line for line in maps):
+                return True
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return True  # unknown: as if it did
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("/dev/nvidia"):
+                return True
+    return False
 
 
 def main(argv: list[str]) -> int:
