@@ -18,12 +18,15 @@ environment matches the one the stack was imported under, apart from the per-run
 (:func:`starforge.contract.env.is_per_run`) and the run's dataset folders, is forked: a
 library that read a variable at import sees the value the job would have given it. A job run
 as another user, inside an image, under Slurm, or whose program is not this interpreter runs
-fresh. The forked job reseeds numpy's global generator (Python's ``random`` reseeds itself at
-fork), so two jobs never share random numbers a fresh interpreter would have drawn anew; the
-string hash seed is the warm trainer's, one legal outcome of hash randomisation. What an
-import changed in the environment is changed in the job's too (torch's
-TORCHINDUCTOR_CACHE_DIR); what it derived from the working directory was derived from the warm
-trainer's (none of the stack's imports does).
+fresh, and so does every job where the stack's imports initialised CUDA's driver (a forked
+child could not use CUDA; ``warm.cuda_touched``).
+
+The forked job reseeds numpy's global generator (Python's ``random`` reseeds itself at fork),
+so two jobs never share random numbers a fresh interpreter would have drawn anew; the string
+hash seed is the warm trainer's, one legal outcome of hash randomisation. What an import
+changed in the environment is changed in the job's too (torch's TORCHINDUCTOR_CACHE_DIR); what
+it derived from the working directory was derived from the warm trainer's (none of the
+stack's imports does).
 
 Forking with threads is unsafe, so the standby is forked before the runner starts its reporter
 thread, and not at all when Python threads run. pyarrow's jemalloc keeps a background thread of
