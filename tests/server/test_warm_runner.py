@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from starforge.server.executors.local import LocalExecutor, parse_ref, proc_state
+from starforge.server.executors.local import LocalExecutor, WarmRunner, parse_ref, proc_state
 
 from .factories import eventually
 
@@ -117,3 +117,21 @@ def test_runners_outlive_the_warm_process_that_forked_them(
     assert warm.is_alive(ref)
     warm.kill(ref)
     eventually(lambda: not warm.is_alive(ref), what="the kill")
+
+
+def test_a_warm_process_that_never_gets_ready_costs_its_start_a_fresh_runner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STARFORGE_WARM_TRAINER_PRELOAD", "tests.server.hangs_at_import")
+    stuck = WarmRunner(
+        [sys.executable, "-m", "starforge.runner.warm", "--trainer", TARGET], ready_timeout_s=1.0
+    )
+    folder = tmp_path / "sleep"
+    folder.mkdir()
+    (folder / "binding.json").write_text("sleep")
+    try:
+        assert stuck.start(folder / "binding.json", folder / "node-0.log") is None
+        assert stuck._proc is None  # killed: it had read nothing, so it started nothing
+        assert not (folder / "node-0.log").exists()
+    finally:
+        stuck.close()

@@ -3,7 +3,8 @@
 A fresh ``python -m starforge.runner`` spends most of its start importing (pydantic, httpx, the
 catalog's adapters). The local executor instead keeps one warm process with those imports done
 and asks it for each start: one JSON line on its stdin, ``{"binding", "log", "env"}``, answered
-with one JSON line on its stdout, ``{"pid": N}`` or ``{"error": "..."}``. The child runs
+with one JSON line on its stdout, ``{"pid": N}`` or ``{"error": "..."}``, after a first line
+``{"ready": true}`` once its imports are done. The child runs
 ``MODULE`` as ``python -m MODULE BINDING`` would (``runpy``, as ``__main__``): the runner's own
 ``starforge.runner`` in a server, another module where a test plays the runner.
 
@@ -89,8 +90,11 @@ def preload() -> None:
 
 
 def serve(requests: Any, answers: Any, module: str = RUNNER_MODULE) -> None:
-    """Answer one start per line of ``requests`` until it closes."""
+    """Say it is ready (its imports are done, it has read nothing yet), then answer one start
+    per line of ``requests`` until it closes."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the forked runners
+    answers.write(json.dumps({"ready": True}) + "\n")
+    answers.flush()
     for line in requests:
         if not line.strip():
             continue

@@ -16,15 +16,17 @@ starforge.runner``) a start goes through a warm runner (:mod:`starforge.runner.w
 long-lived process, started at the first start, with the runner's imports done, that forks each
 runner as a fresh interpreter would start it (its own session, the log as stdout/stderr, the
 server's environment of the moment). The warm process ends when this server does (its stdin
-closes); the runners live on. When it is absent, dead or answers with an error, that start (and
-the next, which starts a new warm process) takes a fresh interpreter, as any other runner
-command always does.
+closes); the runners live on. When it is absent, dead, not ready in time (it says when its
+imports are done, before it reads anything) or answers with an error, that start (and the
+next, which starts a new warm process) takes a fresh interpreter, as any other runner command
+always does.
 
 The runner of a trl job on the host (no image to run it in, no job user) is forked instead by
 the warm trainer (``--trainer``), which has also imported torch, transformers, datasets,
 accelerate and trl, so that the runner can fork its job rather than start a fresh interpreter
 (:mod:`starforge.runner.jobfork`). It is started at the first such start, which waits for its
-imports (what the job would have spent on them), under the environment its jobs will have
+imports (what the job would have spent on them; at most 300 s, then that start is a fresh one),
+under the environment its jobs will have
 (:func:`~starforge.contract.env.import_env`); a start that needs another environment replaces
 it. The runner checks the environment again before it forks, so a mismatch costs speed only.
 ``warm_trainer: false`` (``STARFORGE_WARM_TRAINER=0``) turns it off.
@@ -52,7 +54,8 @@ WARM_MODULE = "starforge.runner.warm"
 TRAINER_FLAG = "--trainer"  # starforge.runner.warm's flag for the warm trainer
 TRAINER_PRELOAD_ENV = "STARFORGE_WARM_TRAINER_PRELOAD"  # and its variable: what it imports
 TRAINER_FRAMEWORKS = frozenset({"trl"})  # whose jobs import what the warm trainer imports
-ANSWER_TIMEOUT_S = 120.0  # a fork takes milliseconds; the first answer waits for the imports
+ANSWER_TIMEOUT_S = 120.0  # a fork takes milliseconds
+READY_TIMEOUT_S = 120.0  # its imports: a fraction of a second, seconds for the warm trainer
 
 
 def parse_ref(ref: str) -> int:
@@ -102,9 +105,9 @@ class LocalExecutor:
         self._warm = WarmRunner([command[0], "-m", WARM_MODULE, command[2]]) if warm else None
         self._trainer: WarmRunner | None = None
         if warm and warm_trainer:
-            # Its first answer waits for torch, transformers and trl: long on a loaded machine.
+            # It is ready once torch, transformers and trl are imported: long on a loaded machine.
             trainer = [command[0], "-m", WARM_MODULE, TRAINER_FLAG, command[2]]
-            self._trainer = WarmRunner(trainer, answer_timeout_s=300.0)
+            self._trainer = WarmRunner(trainer, ready_timeout_s=300.0)
 
     def start(self, binding_path: Path, log_path: Path) -> str:
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -224,9 +227,9 @@ def trainer_env(binding_path: Path) -> dict[str, str] | None:
 class WarmRunner:
     """The client side of :mod:`starforge.runner.warm`: one request line, one answer line."""
 
-    def __init__(self, command: list[str], answer_timeout_s: float = ANSWER_TIMEOUT_S) -> None:
+    def __init__(self, command: list[str], ready_timeout_s: float = READY_TIMEOUT_S) -> None:
         self.command = command
-        self.answer_timeout_s = answer_timeout_s
+        self.ready_timeout_s = ready_timeout_s
         self._proc: subprocess.Popen[str] | None = None
         self._env: dict[str, str] | None = None  # what the running process was started with
         self._lock = threading.Lock()
@@ -263,13 +266,8 @@ class WarmRunner:
     def _answer(self, proc: subprocess.Popen[str], stdout: IO[str]) -> dict[str, object]:
         """Its answer; an error when it went silent after reading the request, since it may
         have forked the runner then: starting a second one could run the node twice."""
-        ready, _, _ = select.select([stdout], [], [], self.answer_timeout_s)
-        line = stdout.readline() if ready else ""
-        try:
-            answer = json.loads(line) if line else None
-        except ValueError:
-            answer = None
-        if not isinstance(answer, dict):
+        answer = _line(stdout, ANSWER_TIMEOUT_S)
+        if answer is None:
             self._drop(proc)
             raise StarForgeError("the warm runner went away while starting the runner")
         return answer
@@ -292,12 +290,21 @@ class WarmRunner:
         except OSError:
             log.warning("could not start the warm runner", exc_info=True)
             self._proc = None
+            return None
+        # Until it says it is ready it has read nothing: one that never does (its imports
+        # failed or hang) costs this start a fresh runner, never a start twice.
+        if _line(_pipes(self._proc)[1], self.ready_timeout_s) != {"ready": True}:
+            log.warning("the warm runner %s did not get ready", self.command[2:])
+            self._drop(self._proc, kill=True)
+            return None
         return self._proc
 
-    def _drop(self, proc: subprocess.Popen[str]) -> None:
+    def _drop(self, proc: subprocess.Popen[str], *, kill: bool = False) -> None:
         stdin, _ = _pipes(proc)
         with contextlib.suppress(OSError):
             stdin.close()  # its end of file: it exits
+        if kill:
+            proc.kill()
         try:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -310,6 +317,17 @@ class WarmRunner:
         with self._lock:
             if self._proc is not None:
                 self._drop(self._proc)
+
+
+def _line(stdout: IO[str], timeout_s: float) -> dict[str, object] | None:
+    """The next JSON object the warm process writes within ``timeout_s``; None for none."""
+    ready, _, _ = select.select([stdout], [], [], timeout_s)
+    line = stdout.readline() if ready else ""
+    try:
+        answer = json.loads(line) if line else None
+    except ValueError:
+        return None
+    return answer if isinstance(answer, dict) else None
 
 
 def _pipes(proc: subprocess.Popen[str]) -> tuple[IO[str], IO[str]]:

@@ -1,0 +1,5 @@
+"""A module whose import never ends: a warm trainer told to preload it never gets ready."""
+
+import threading
+
+threading.Event().wait()
