@@ -28,12 +28,16 @@ router = APIRouter()
 
 
 @router.post("/jobs", response_model=SubmitResponse, status_code=201)
-def submit(
-    body: SubmitRequest, response: Response, rt: RuntimeDep, user: Submitter
-) -> SubmitResponse:
+def submit(body: SubmitRequest, rt: RuntimeDep, user: Submitter) -> Response:
+    """201 with the new run, or 200 with the run an earlier request with the key made."""
     result = jobs.submit(rt, user, body)
-    response.status_code = 201 if result.created else 200
-    return result
+    # Encoded here, once: given a model, FastAPI would validate it against response_model
+    # again and encode it in two steps, on the event loop.
+    return Response(
+        result.model_dump_json(),
+        status_code=201 if result.created else 200,
+        media_type="application/json",
+    )
 
 
 @router.get("/runs", response_model=RunList)

@@ -213,7 +213,7 @@ def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
             assert existing is not None  # the same snapshot
             return _replay(session, existing, req)
         context = admission_context(rt, conn, user)
-        have = blobs.owned(session, user, digests)
+        have = blobs.owned(conn, user, digests)
         extents = packs.locate(conn, digests)
     storage = rt.storage.pinned(digests, extents)
     admitted = admit_request(rt, user, req, context, storage)
