@@ -4,6 +4,8 @@ StarForge: one real embedded server (``python -m starforge.server``, virtual inv
 runners). Two blocker runs hold every GPU first, so every submission is admitted and stays
 queued (the scheduler re-plans a growing queue meanwhile); then ``--n`` submissions from one
 client, and ``--n`` more spread over 8 concurrent clients (threads, one HTTP connection each).
+Beside each rate, the server process's own CPU per admission (``/proc/PID/stat``, utime + stime
+of all its threads): on a shared machine the rate moves with the load, the CPU much less.
 
 The anchor, in the same invocation, on the project's Slurm cluster (``scripts/slurm.sh start``;
 ``--slurm`` starts it when it is not running, and stops it again afterwards): ``sbatch --hold``
@@ -42,6 +44,12 @@ def load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def cpu_s(pid: int) -> float:
+    """The CPU seconds process ``pid`` has used so far (all threads, user + system)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rate(n_per_client: int, clients: int, one: Callable[[int], None]) -> float:
     """Calls per second of ``one(client_index)``, ``n_per_client`` each from ``clients`` threads."""
 
@@ -69,9 +77,13 @@ def starforge(root: Path, n: int) -> dict[str, Any]:
                 wait_status(c, run_id, {"running"}, poll=0.05)
             trivial = package(c, "true\n")
         clients = [srv.client() for _ in range(CLIENTS)]
+        pid = srv.proc.pid
         try:
+            cpu = cpu_s(pid)
             one = rate(n, 1, lambda i: post(clients[i], trivial, "h200:1"))
+            cpu, cpu_one = cpu_s(pid), cpu_s(pid) - cpu
             eight = rate(n // CLIENTS, CLIENTS, lambda i: post(clients[i], trivial, "h200:1"))
+            cpu_eight = cpu_s(pid) - cpu
         finally:
             for c in clients:
                 c.close()
@@ -82,6 +94,10 @@ def starforge(root: Path, n: int) -> dict[str, Any]:
     return {
         "1_client_per_s": round(one, 1),
         "8_clients_per_s": round(eight, 1),
+        "server_cpu_ms_per_admission": {
+            "1_client": round(1000 * cpu_one / n, 2),
+            "8_clients": round(1000 * cpu_eight / (n // CLIENTS * CLIENTS), 2),
+        },
         "queued_at_the_end": len(queued),
         "aim_per_s": 400,
     }

@@ -109,6 +109,20 @@ def test_an_invalid_spec_names_the_field_path(client: TestClient) -> None:
     assert "spec.method.digest" in resp.json()["message"]
 
 
+def test_a_submit_without_a_bearer_token_is_refused_before_its_body_is_checked(
+    client: TestClient,
+) -> None:
+    for headers in ({}, {"Authorization": "Basic abc"}):
+        resp = client.post("/jobs", json={"spec": "not a spec"}, headers=headers)
+        assert resp.status_code == 401 and resp.json()["code"] == "auth.unauthorized"
+
+
+def test_a_submit_with_an_unknown_token_creates_nothing(client: TestClient) -> None:
+    resp = client.post("/jobs", json=submit_body(client), headers={"Authorization": "Bearer x"})
+    assert resp.status_code == 401 and resp.json()["code"] == "auth.unauthorized"
+    assert jobs.count_runs(runtime(client), "alice") == 0
+
+
 def test_submit_creates_once_per_key_201_then_200(client: TestClient) -> None:
     body = submit_body(client)
     first = client.post("/jobs", json=body, headers=ALICE)

@@ -1,4 +1,8 @@
-"""Request dependencies: the runtime, the calling user, the client-version gate."""
+"""Request dependencies: the runtime, the calling user, the client-version gate.
+
+The runtime and the version gate do no I/O, so they are coroutines: FastAPI runs a plain
+function dependency in its thread pool, one hand-over to a worker thread and back per
+dependency and request, for what is a dictionary lookup here."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from starforge.server.runtime import Runtime
 from starforge.server.services import users
 
 
-def get_runtime(request: Request) -> Runtime:
+async def get_runtime(request: Request) -> Runtime:
     runtime: Runtime = request.app.state.runtime
     return runtime
 
@@ -38,7 +42,7 @@ def version_tuple(text: str) -> tuple[int, ...] | None:
     return parts + (0,) * (3 - len(parts)) if len(parts) < 3 else parts
 
 
-def check_client_version(
+async def check_client_version(
     client: Annotated[str | None, Header(alias=CLIENT_VERSION_HEADER)] = None,
 ) -> None:
     """Answer 426 to a client older than the oldest this server speaks to."""

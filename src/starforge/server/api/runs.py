@@ -17,7 +17,7 @@ from starforge.contract.api import (
     SubmitResponse,
 )
 from starforge.contract.states import JobStatus
-from starforge.server.api.authz import ActOnRun, Reader, ReadRun, Submitter
+from starforge.server.api.authz import ActOnRun, Reader, ReadRun, SubmitterCredentials
 from starforge.server.api.deps import RuntimeDep
 from starforge.server.services import actions, jobs, logs
 
@@ -28,12 +28,17 @@ router = APIRouter()
 
 
 @router.post("/jobs", response_model=SubmitResponse, status_code=201)
-def submit(
-    body: SubmitRequest, response: Response, rt: RuntimeDep, user: Submitter
-) -> SubmitResponse:
+def submit(body: SubmitRequest, rt: RuntimeDep, credentials: SubmitterCredentials) -> Response:
+    """201 with the new run, or 200 with the run an earlier request with the key made."""
+    user = credentials.caller()  # the submit rule, checked in this worker thread
     result = jobs.submit(rt, user, body)
-    response.status_code = 201 if result.created else 200
-    return result
+    # Encoded here, once: given a model, FastAPI would validate it against response_model
+    # again and encode it in two steps, on the event loop.
+    return Response(
+        result.model_dump_json(),
+        status_code=201 if result.created else 200,
+        media_type="application/json",
+    )
 
 
 @router.get("/runs", response_model=RunList)

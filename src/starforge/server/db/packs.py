@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from sqlalchemy import BigInteger, String, bindparam, select, text
+from sqlalchemy import BigInteger, Connection, String, bindparam, select, text
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
@@ -35,7 +35,7 @@ _LOCATE = select(BlobPack.digest, BlobPack.pack, BlobPack.start, BlobPack.size).
 )
 
 
-def locate(session: Session, digests: list[str]) -> dict[str, Extent]:
+def locate(session: Session | Connection, digests: list[str]) -> dict[str, Extent]:
     """The extents of those of ``digests`` that are packed."""
     found: dict[str, Extent] = {}
     wanted = sorted(set(digests))

@@ -34,7 +34,7 @@ import threading
 import uuid
 from collections.abc import AsyncIterator
 
-from sqlalchemy import bindparam, select, text
+from sqlalchemy import Connection, bindparam, select, text
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.orm import Session
 
@@ -67,8 +67,9 @@ _OWNED = select(UserBlob.digest).where(
 )
 
 
-def owned(session: Session, user: str, digests: list[str]) -> set[str]:
-    """Which of ``digests`` ``user`` has uploaded."""
+def owned(session: Session | Connection, user: str, digests: list[str]) -> set[str]:
+    """Which of ``digests`` ``user`` has uploaded (a Core read: a submit passes its snapshot's
+    connection, which skips the session's statement machinery)."""
     found: set[str] = set()
     wanted = sorted(set(digests))
     for i in range(0, len(wanted), 500):  # SQLite binds at most a few thousand parameters

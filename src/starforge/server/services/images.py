@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sqlalchemy import select
+from sqlalchemy import Connection, select
 from sqlalchemy.orm import Session
 
 from starforge.catalog.loader import Method
@@ -46,11 +46,13 @@ class AdmittedImage:
 # ---- admin side -------------------------------------------------------------------------------
 
 
-_DEFAULTS = select(ImageDefault.framework, ImageDefault.ref)
-_ALLOWED = select(AllowedRegistry.entry).order_by(AllowedRegistry.entry)
+# Table columns: plain Core reads, which admission makes on every submit.
+_DEFAULTS = select(ImageDefault.__table__.c.framework, ImageDefault.__table__.c.ref)
+_ENTRY = AllowedRegistry.__table__.c.entry
+_ALLOWED = select(_ENTRY).order_by(_ENTRY)
 
 
-def framework_defaults(session: Session) -> dict[str, str]:
+def framework_defaults(session: Session | Connection) -> dict[str, str]:
     return {framework: ref for framework, ref in session.execute(_DEFAULTS)}
 
 
@@ -68,11 +70,11 @@ def set_default(session: Session, framework: str, ref: str, actor: str) -> None:
         row.ref, row.set_by = ref, actor
 
 
-def db_allowlist(session: Session) -> list[str]:
+def db_allowlist(session: Session | Connection) -> list[str]:
     return list(session.scalars(_ALLOWED))
 
 
-def allowlist(session: Session, settings: Settings) -> list[str]:
+def allowlist(session: Session | Connection, settings: Settings) -> list[str]:
     """Every allowed entry: the settings' then the admins'; empty means every registry."""
     configured = [check_registry_entry(e) for e in settings.allowed_registries]
     return configured + [e for e in db_allowlist(session) if e not in configured]

@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import func, select
+from sqlalchemy import Connection, func, select
 from sqlalchemy.orm import Session
 
 from starforge.contract.api import PendingView, RunView
@@ -272,17 +272,19 @@ def reason_of(rt: Runtime, run_id: str, status: JobStatus, stored: str) -> str:
 
 
 _PRIORITY, _CREATED, _ID = (sa.bindparam(k) for k in ("priority", "created", "id"))
+_RUNS = Run.__table__.c  # table columns: a Core COUNT, without the ORM's statement machinery
 _AHEAD = (
     select(func.count())
-    .select_from(Run)
+    .select_from(Run.__table__)
     .where(
-        Run.status == JobStatus.QUEUED.value,
+        _RUNS.status == JobStatus.QUEUED.value,
         sa.or_(
-            Run.priority > _PRIORITY,
+            _RUNS.priority > _PRIORITY,
             sa.and_(
-                Run.priority == _PRIORITY,
+                _RUNS.priority == _PRIORITY,
                 sa.or_(
-                    Run.created_at < _CREATED, sa.and_(Run.created_at == _CREATED, Run.id < _ID)
+                    _RUNS.created_at < _CREATED,
+                    sa.and_(_RUNS.created_at == _CREATED, _RUNS.id < _ID),
                 ),
             ),
         ),
@@ -290,8 +292,10 @@ _AHEAD = (
 )
 
 
-def priority_position(session: Session, run: Run) -> int:
+def priority_position(session: Session | Connection, run: Run) -> int:
     """1-based place of a queued run by priority then age (what a single user sees), in one
-    COUNT: the cheap answer at submit, whatever the length of the queue."""
+    COUNT over the index ``ix_runs_queue_order`` alone: the cheap answer at submit, whatever the
+    length of the queue. A plain Core read: it sees what the transaction has written, not
+    objects pending in a session."""
     params = {"priority": run.priority, "created": run.created_at, "id": run.id}
     return int(session.scalar(_AHEAD, params) or 0) + 1

@@ -14,7 +14,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from pydantic import ValidationError
-from sqlalchemy import select
+from sqlalchemy import Connection, select
 from sqlalchemy.orm import Session
 
 from starforge.contract.api import Quota, QuotaUpdate
@@ -63,13 +63,23 @@ def defaults(settings: Settings) -> Quota:
     return Quota.model_validate(settings.quota_defaults.model_dump())
 
 
-def effective(session: Session, settings: Settings, user: str) -> tuple[Quota, bool]:
-    """The user's quota and whether it is the server's default."""
-    row = session.get(QuotaRow, user)
+_COLUMNS = QuotaRow.__table__.c
+# One user's own quota, as the fields of _quota: a Core read (no ORM object, no identity map).
+_OF_USER = select(
+    _COLUMNS.max_gpus,
+    _COLUMNS.max_gpus_per_series,
+    _COLUMNS.max_runs,
+    _COLUMNS.allowed_profiles,
+    _COLUMNS.priority,
+).where(_COLUMNS.user == sa.bindparam("user"))
+
+
+def effective(session: Session | Connection, settings: Settings, user: str) -> tuple[Quota, bool]:
+    """The user's quota and whether it is the server's default, as the transaction sees it."""
+    row = session.execute(_OF_USER, {"user": user}).first()
     if row is None:
         return defaults(settings), True
-    fields = (row.max_gpus_per_series, row.max_runs, row.allowed_profiles, row.priority)
-    return _quota(row.max_gpus, *fields), False
+    return _quota(*row), False
 
 
 def _validate(rt: Runtime, quota: Quota) -> None:

@@ -182,6 +182,12 @@ def _digest_of(authorization: str | None) -> str:
     return token_digest(token)
 
 
+def require_bearer(authorization: str | None) -> None:
+    """Unauthorized unless ``authorization`` is a well-formed bearer token (valid or not: that
+    takes :func:`authenticate`)."""
+    _digest_of(authorization)
+
+
 def _caller(row: Row[Any] | None, digest: str, now: datetime) -> Caller:
     """The caller a token's row (:data:`_BY_DIGEST`) names, or Unauthorized."""
     if row is None or not hmac.compare_digest(row.sha256, digest):
