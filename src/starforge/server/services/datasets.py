@@ -47,7 +47,14 @@ from starforge.contract.errors import (
     Rejected,
     UsageError,
 )
-from starforge.contract.jobspec import FileEntry, InputKind, JobSpec, Manifest, check_relpath
+from starforge.contract.jobspec import (
+    FileEntry,
+    InputKind,
+    InputRef,
+    JobSpec,
+    Manifest,
+    check_relpath,
+)
 from starforge.contract.states import JobStatus
 from starforge.contract.submission import INPUT_FLAGS
 from starforge.server.db.datasets import Dataset, DatasetVersion
@@ -243,12 +250,25 @@ def _check_path(row: DatasetVersion, input_name: str, path: str) -> None:
 def admit(rt: Runtime, user: str, spec: JobSpec, config: dict[str, Any]) -> dict[str, Any]:
     """Resolve the run's dataset inputs for ``user`` and record them in ``config`` (which loses
     its ``data.*.dataset`` references); raise when one is unknown, unreadable or lacks the file."""
+    wanted = [
+        (key, ref)
+        for key in INPUT_FLAGS
+        if (ref := getattr(spec.inputs, key)) is not None and ref.kind is InputKind.DATASET
+    ]
+    # Reads only, and only when the run names a dataset: most submits open no transaction here.
+    resolved = _resolve(rt, user, wanted) if wanted else {}
+    if spec.output_dataset:
+        check_output(rt, user, spec.output_dataset)
+    config = strip_refs(config)
+    if resolved:
+        config[RESOLVED_KEY] = resolved
+    return config
+
+
+def _resolve(rt: Runtime, user: str, wanted: list[tuple[str, InputRef]]) -> dict[str, Any]:
     resolved: dict[str, Any] = {}
-    with rt.transaction() as session:
-        for key in INPUT_FLAGS:
-            ref = getattr(spec.inputs, key)
-            if ref is None or ref.kind is not InputKind.DATASET:
-                continue
+    with rt.reading() as session:
+        for key, ref in wanted:
             parsed = parse_ref(ref.dataset, FLAGS.get(key, key))
             row, _ = _version(session, user, parsed)
             _check_path(row, key, ref.value)
@@ -259,12 +279,7 @@ def admit(rt: Runtime, user: str, spec: JobSpec, config: dict[str, Any]) -> dict
                 path=ref.value,
                 manifest_sha256=row.manifest_sha256,
             ).model_dump(mode="json")
-    if spec.output_dataset:
-        check_output(rt, user, spec.output_dataset)
-    config = strip_refs(config)
-    if resolved:
-        config[RESOLVED_KEY] = resolved
-    return config
+    return resolved
 
 
 # ---- --output-dataset -------------------------------------------------------------------------
