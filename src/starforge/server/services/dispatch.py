@@ -33,11 +33,13 @@ from starforge.contract.profiles import Pool
 from starforge.contract.states import ACTIVE, JobStatus, NodeEvent, NodeState
 from starforge.server import statemachine
 from starforge.server.containers import runtime_for_runs
+from starforge.server.db import packs
 from starforge.server.db.models import Attempt, Run, utcnow
 from starforge.server.executors.base import NodeLaunch, SupportsGangStart
 from starforge.server.runtime import Runtime
 from starforge.server.services import admission, checkpoints, lifecycle, queue, scheduler
 from starforge.server.services.users import token_digest
+from starforge.server.storage import Storage
 
 log = logging.getLogger(__name__)
 
@@ -96,47 +98,45 @@ def schedule_pass(rt: Runtime) -> list[StartOrder]:
         if decision.slots is None:
             continue
         with rt.transaction() as session:
-            run = claim_queued(session, decision.run_id)
-            if run is None:
+            rows = claim_queued(session, decision.run_id)
+            if rows is None:
                 continue  # stopped meanwhile, or another pass holds it
             free = scheduler.free_gpus(rt.inventory, held_gpus(session))
             if not scheduler.slots_are_free(decision.slots, free):
                 continue  # the next pass decides it again
-            placed = place_run(rt, session, run, free, slots=decision.slots)
+            placed = place_run(rt, session, rows, free, slots=decision.slots)
         if placed is not None:
             orders.append(placed)
     queue.save_reasons(rt, snap, decisions)
     return orders
 
 
-def claim_queued(session: Session, run_id: str) -> Run | None:
-    """Lock ``run_id`` for this transaction if it is still queued and no one else holds it.
+def claim_queued(session: Session, run_id: str) -> statemachine.Rows | None:
+    """Lock ``run_id`` for this transaction if it is still queued and no one else holds it; the
+    run as a row outside the unit of work (``statemachine.load``).
 
     On PostgreSQL the row lock (``FOR UPDATE SKIP LOCKED``) is what keeps two passes (of an old
     and a new leader, say) from placing one run twice: the second one skips the row, and once the
     first commits the run is no longer queued. On SQLite writers are serial and this is a read."""
-    query = (
-        select(Run)
-        .where(Run.id == run_id, Run.status == JobStatus.QUEUED.value)
-        .with_for_update(skip_locked=True)
-        .execution_options(populate_existing=True)
-    )
-    return session.execute(query).scalar_one_or_none()
+    return statemachine.load(session, run_id, attempt=0, queued=True)
 
 
 def place_run(
     rt: Runtime,
     session: Session,
-    run: Run,
+    rows: statemachine.Rows,
     free: dict[str, scheduler.FreeNode],
     slots: list[scheduler.Slot] | None = None,
 ) -> StartOrder | None:
-    """Commit ``run``'s placement: ``slots`` the pass chose, else a best fit in ``free``."""
+    """Write the placement of the run of ``rows`` (claimed): ``slots`` the pass chose, else a
+    best fit in ``free``; the run's files once the rows are written."""
+    run = rows.run
     pools = admission.run_pools(run)
     slots = slots if slots is not None else scheduler.place(pools, free)
     if slots is None:
         reason = scheduler.shortfall(pools, free)
         statemachine.set_reason(run, reason)  # why it waits is not a status change: no event
+        statemachine.save(session, rows)
         return None
     number = run.current_attempt + 1
     run_dir = run_dir_of(rt, run)
@@ -153,7 +153,7 @@ def place_run(
     # A resumed, retried or auto-retried run continues from its latest checkpoint.
     latest = checkpoints.latest(run_dir / "out") if number > 1 else None
     attempt.resumed_from = str(latest.path) if latest else None
-    session.add(attempt)
+    rows.attempt = attempt  # inserted by save
     run.current_attempt = number
     run.run_token_sha256 = token_digest(token)
     run.job_token_sha256 = token_digest(job_token)
@@ -165,6 +165,9 @@ def place_run(
         reason=f"attempt {number} placed on {where}",
         actor="scheduler",
     )
+    statemachine.save(session, rows)
+    # The packed blobs' extents are read in this transaction, not in one of their own.
+    storage = Storage(rt.storage.root, locate=lambda digests: packs.locate(session, digests))
     starts = write_bindings(
         rt,
         run,
@@ -174,6 +177,7 @@ def place_run(
         token,
         resume_from=attempt.resumed_from or "",
         job_token=job_token,
+        storage=storage,
     )
     # The image as admission chose and pinned it (IMAGE@sha256:...): a retag is moot.
     return StartOrder(run.id, number, starts, pools=pools, image=run.image)
@@ -189,10 +193,13 @@ def write_bindings(
     *,
     resume_from: str = "",
     job_token: str = "",
+    storage: Storage | None = None,
 ) -> list[NodeLaunch]:
+    """Write the run's ``run.json`` (once; through ``storage``, the runtime's by default) and
+    each node's binding; what to start."""
     run_dir = run_dir_of(rt, run)
     if not rt.storage.run_json_path(run_dir).exists():  # written once, from the database
-        rt.storage.write_run_json(run_dir, run.spec, run.manifest, run.config)
+        (storage or rt.storage).write_run_json(run_dir, run.spec, run.manifest, run.config)
     rt.storage.make_run_dir(run_dir)
     port = rt.pick_port()
     starts = []
@@ -231,11 +238,10 @@ def start_attempt(rt: Runtime, order: StartOrder) -> None:
     """Start every node of a committed placement, then record what was started."""
     refs, error = _start_nodes(rt, order)
     with rt.transaction() as session:
-        run = session.get(Run, order.run_id, with_for_update=True)
-        assert run is not None
-        outcome = record_starts(
-            session, run, order.attempt, refs, error, pause_grace_s=rt.settings.pause_grace_s
-        )
+        rows = statemachine.load(session, order.run_id, attempt=order.attempt)
+        assert rows is not None
+        outcome = record_starts(session, rows, refs, error, pause_grace_s=rt.settings.pause_grace_s)
+        statemachine.save(session, rows)
     lifecycle.act_on(rt, outcome)
 
 
@@ -266,14 +272,15 @@ def _start_nodes(rt: Runtime, order: StartOrder) -> tuple[dict[int, str], str | 
 
 def record_starts(
     session: Session,
-    run: Run,
-    number: int,
+    rows: statemachine.Rows,
     refs: dict[int, str],
     error: str | None,
     *,
     pause_grace_s: float | None = None,
 ) -> lifecycle.Outcome:
-    attempt = run.attempt(number)
+    """Record the started nodes' references on the attempt of ``rows`` (and a failed start's
+    end); the caller saves the rows."""
+    run, attempt = rows.run, rows.attempt
     assert attempt is not None
     for rank, ref in sorted(refs.items()):
         statemachine.node_event(attempt, rank, NodeEvent.STARTED, ref=ref)
