@@ -319,9 +319,23 @@ def save(session: Session, rows: Rows) -> None:
     _update(conn, _RUNS, rows.run, rows._run_was)
 
 
+_UPDATES: dict[tuple[str, tuple[str, ...]], sa.Update] = {}
+
+
 def _update(conn: sa.Connection, table: sa.Table, obj: Any, was: dict[str, Any]) -> None:
     changed = {c: getattr(obj, c) for c in was if c != "id" and getattr(obj, c) != was[c]}
+    if not changed:
+        return
     if "nodes" in changed:
         changed["nodes"] = dict(changed["nodes"])  # a plain dict for the JSON column
-    if changed:
-        conn.execute(sa.update(table).where(table.c.id == obj.id).values(changed))
+    # One statement per set of columns, built once: a few shapes recur (a report, a placement).
+    key = (table.name, tuple(changed))
+    stmt = _UPDATES.get(key)
+    if stmt is None:
+        stmt = _UPDATES.setdefault(
+            key,
+            sa.update(table)
+            .where(table.c.id == sa.bindparam("_id"))
+            .values({c: sa.bindparam(f"_{c}") for c in changed}),
+        )
+    conn.execute(stmt, {"_id": obj.id, **{f"_{c}": v for c, v in changed.items()}})
