@@ -1,11 +1,14 @@
 """Dispatch: turn queued runs into started attempts, and notice runners that went away.
 
 A scheduler pass (:func:`schedule_pass`) walks the queue in order (priority, then age) and, for
-each run that fits, commits in ONE transaction: ``queued -> starting``, a new attempt row with its
-allocation and per-node records, two fresh tokens (the runner's, for lifecycle events, and the
-job's, for metrics ingest; only their sha256 is stored) and the per-node binding files. Only
-after that commit does :func:`start_attempt` ask the executor to start each node and record the
-references. A start failure ends the attempt as ``startup_failed``.
+each run that fits, writes in ONE transaction (the pass's, one savepoint per run, so a run that
+cannot be placed stays queued and the others are placed): ``queued -> starting``, a new attempt
+row with its allocation and per-node records, two fresh tokens (the runner's, for lifecycle
+events, and the job's, for metrics ingest; only their sha256 is stored) and the per-node binding
+files. Only
+after that commit does :func:`start_attempts` ask the executor to start each node and record the
+references (a pass's starts in one transaction). A start failure ends the attempt as
+``startup_failed``.
 
 An attempt after the first (resume, retry, auto-retry) starts from the run's latest checkpoint
 (``services/checkpoints``), recorded on the attempt and handed to the runner as ``resume_from``.
@@ -94,21 +97,35 @@ def schedule_pass(rt: Runtime) -> list[StartOrder]:
     snap = queue.read_snapshot(rt)  # one consistent read that holds no write lock
     decisions = queue.decide(rt, snap)  # kept for views: they read it instead of planning
     orders: list[StartOrder] = []
-    for decision in decisions:
-        if decision.slots is None:
-            continue
-        with rt.transaction() as session:
-            rows = claim_queued(session, decision.run_id)
-            if rows is None:
-                continue  # stopped meanwhile, or another pass holds it
-            free = scheduler.free_gpus(rt.inventory, held_gpus(session))
-            if not scheduler.slots_are_free(decision.slots, free):
-                continue  # the next pass decides it again
-            placed = place_run(rt, session, rows, free, slots=decision.slots)
-        if placed is not None:
-            orders.append(placed)
+    starts = [d for d in decisions if d.slots is not None]
+    if starts:
+        with rt.transaction() as session:  # the pass's placements, committed together
+            for decision in starts:
+                placed = _place_decided(rt, session, decision.run_id, decision.slots or [])
+                if placed is not None:
+                    orders.append(placed)
     queue.save_reasons(rt, snap, decisions)
     return orders
+
+
+def _place_decided(
+    rt: Runtime, session: Session, run_id: str, slots: list[scheduler.Slot]
+) -> StartOrder | None:
+    """Place one run the pass chose, in a savepoint of the pass's transaction: a run that cannot
+    be placed (its files cannot be written, say) is left queued for the next pass, and the
+    others' placements stand."""
+    try:
+        with session.begin_nested():
+            rows = claim_queued(session, run_id)
+            if rows is None:
+                return None  # stopped meanwhile, or another pass holds it
+            free = scheduler.free_gpus(rt.inventory, held_gpus(session))
+            if not scheduler.slots_are_free(slots, free):
+                return None  # the next pass decides it again
+            return place_run(rt, session, rows, free, slots=slots)
+    except Exception:
+        log.exception("placing %s failed; it stays queued", run_id)
+        return None
 
 
 def claim_queued(session: Session, run_id: str) -> statemachine.Rows | None:
@@ -236,13 +253,27 @@ def write_bindings(
 
 def start_attempt(rt: Runtime, order: StartOrder) -> None:
     """Start every node of a committed placement, then record what was started."""
-    refs, error = _start_nodes(rt, order)
+    start_attempts(rt, [order])
+
+
+def start_attempts(rt: Runtime, orders: list[StartOrder]) -> None:
+    """Start the nodes of committed placements (a pass's, in order), then record what was
+    started, all in one transaction; then act on each outcome. A runner may report before its
+    start is recorded: the node table takes that order too (``contract/states``), and a leader
+    that dies first leaves runner records its successor adopts (``loops/takeover``)."""
+    if not orders:
+        return
+    started = [(order, *_start_nodes(rt, order)) for order in orders]
+    outcomes = []
     with rt.transaction() as session:
-        rows = statemachine.load(session, order.run_id, attempt=order.attempt)
-        assert rows is not None
-        outcome = record_starts(session, rows, refs, error, pause_grace_s=rt.settings.pause_grace_s)
-        statemachine.save(session, rows)
-    lifecycle.act_on(rt, outcome)
+        for order, refs, error in started:
+            rows = statemachine.load(session, order.run_id, attempt=order.attempt)
+            assert rows is not None
+            grace = rt.settings.pause_grace_s
+            outcomes.append(record_starts(session, rows, refs, error, pause_grace_s=grace))
+            statemachine.save(session, rows)
+    for outcome in outcomes:
+        lifecycle.act_on(rt, outcome)
 
 
 def _start_nodes(rt: Runtime, order: StartOrder) -> tuple[dict[int, str], str | None]:
