@@ -1,11 +1,10 @@
 """Dispatch: turn queued runs into started attempts, and notice runners that went away.
 
 A scheduler pass (:func:`schedule_pass`) walks the queue in order (priority, then age) and, for
-each run that fits, writes in ONE transaction (the pass's, one savepoint per run, so a run that
-cannot be placed stays queued and the others are placed): ``queued -> starting``, a new attempt
-row with its allocation and per-node records, two fresh tokens (the runner's, for lifecycle
-events, and the job's, for metrics ingest; only their sha256 is stored) and the per-node binding
-files. Only
+each run that fits, writes in ONE transaction (the pass's; a run whose files cannot be written
+stays queued and the others are placed): ``queued -> starting``, a new attempt row with its
+allocation and per-node records, two fresh tokens (the runner's, for lifecycle events, and the
+job's, for metrics ingest; only their sha256 is stored) and the per-node binding files. Only
 after that commit does :func:`start_attempts` ask the executor to start each node and record the
 references (a pass's starts in one transaction). A start failure ends the attempt as
 ``startup_failed``.
@@ -111,20 +110,19 @@ def schedule_pass(rt: Runtime) -> list[StartOrder]:
 def _place_decided(
     rt: Runtime, session: Session, run_id: str, slots: list[scheduler.Slot]
 ) -> StartOrder | None:
-    """Place one run the pass chose, in a savepoint of the pass's transaction: a run that cannot
-    be placed (its files cannot be written, say) is left queued for the next pass, and the
-    others' placements stand."""
+    """Place one run the pass chose, in the pass's transaction. A run whose files cannot be
+    written is left queued for the next pass (``place_run`` writes them before any row), and
+    the others' placements stand; a database error fails the whole pass, which starts nothing."""
+    rows = claim_queued(session, run_id)
+    if rows is None:
+        return None  # stopped meanwhile, or another pass holds it
+    free = scheduler.free_gpus(rt.inventory, held_gpus(session))
+    if not scheduler.slots_are_free(slots, free):
+        return None  # the next pass decides it again
     try:
-        with session.begin_nested():
-            rows = claim_queued(session, run_id)
-            if rows is None:
-                return None  # stopped meanwhile, or another pass holds it
-            free = scheduler.free_gpus(rt.inventory, held_gpus(session))
-            if not scheduler.slots_are_free(slots, free):
-                return None  # the next pass decides it again
-            return place_run(rt, session, rows, free, slots=slots)
-    except Exception:
-        log.exception("placing %s failed; it stays queued", run_id)
+        return place_run(rt, session, rows, free, slots=slots)
+    except OSError:
+        log.exception("could not write the files of %s; it stays queued", run_id)
         return None
 
 
@@ -146,7 +144,8 @@ def place_run(
     slots: list[scheduler.Slot] | None = None,
 ) -> StartOrder | None:
     """Write the placement of the run of ``rows`` (claimed): ``slots`` the pass chose, else a
-    best fit in ``free``; the run's files once the rows are written."""
+    best fit in ``free``. Its files (``run.json``, the bindings) are written first: a run whose
+    files cannot be written (OSError) has nothing of this placement in the transaction."""
     run = rows.run
     pools = admission.run_pools(run)
     slots = slots if slots is not None else scheduler.place(pools, free)
@@ -170,19 +169,6 @@ def place_run(
     # A resumed, retried or auto-retried run continues from its latest checkpoint.
     latest = checkpoints.latest(run_dir / "out") if number > 1 else None
     attempt.resumed_from = str(latest.path) if latest else None
-    rows.attempt = attempt  # inserted by save
-    run.current_attempt = number
-    run.run_token_sha256 = token_digest(token)
-    run.job_token_sha256 = token_digest(job_token)
-    where = ", ".join(f"{s.node}[{','.join(map(str, s.gpus))}]" for s in slots)
-    statemachine.transition(
-        session,
-        run,
-        JobStatus.STARTING,
-        reason=f"attempt {number} placed on {where}",
-        actor="scheduler",
-    )
-    statemachine.save(session, rows)
     # The packed blobs' extents are read in this transaction, not in one of their own.
     storage = Storage(rt.storage.root, locate=lambda digests: packs.locate(session, digests))
     starts = write_bindings(
@@ -196,6 +182,19 @@ def place_run(
         job_token=job_token,
         storage=storage,
     )
+    rows.attempt = attempt  # inserted by save
+    run.current_attempt = number
+    run.run_token_sha256 = token_digest(token)
+    run.job_token_sha256 = token_digest(job_token)
+    where = ", ".join(f"{s.node}[{','.join(map(str, s.gpus))}]" for s in slots)
+    statemachine.transition(
+        session,
+        run,
+        JobStatus.STARTING,
+        reason=f"attempt {number} placed on {where}",
+        actor="scheduler",
+    )
+    statemachine.save(session, rows)
     # The image as admission chose and pinned it (IMAGE@sha256:...): a retag is moot.
     return StartOrder(run.id, number, starts, pools=pools, image=run.image)
 
