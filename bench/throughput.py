@@ -3,7 +3,10 @@
 StarForge: one real embedded server (virtual inventory: 18 GPUs, so at most 18 one-GPU runs at
 once; local executor; real runners forked by the warm runner). ``--n`` runs of ``true``
 submitted back to back from one client; the figure is n / (first POST to the last run seen
-ended), so the submit loop, the scheduler, the starts and the exit reports all count.
+ended), so the submit loop, the scheduler, the starts and the exit reports all count. Wall time
+suffers on a busy machine, so the CPU the server process used over that window is reported too
+(``/proc/PID/stat``, per run), and the warm runner's own (its forks; the runners it forks are
+reaped by the kernel, so their CPU is not counted anywhere here).
 
 The anchor, in the same invocation, on the project's Slurm cluster (``scripts/slurm.sh``, its
 tuned configuration; ``--slurm`` starts it when it is not running): ``--n`` ``sbatch --wrap
@@ -14,6 +17,7 @@ Usage: .venv/bin/python bench/throughput.py [--n 200] [--slurm]
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +26,23 @@ from admissions import CONFIG, Cluster, side_by_side
 from resources import Server, package, post, wait_status
 
 AIM_PER_S = 50
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    """User + system seconds ``pid`` has used (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
 
 
 def starforge(root: Path, n: int) -> dict[str, Any]:
@@ -30,11 +51,14 @@ def starforge(root: Path, n: int) -> dict[str, Any]:
         with srv.client() as c:
             body = package(c, "true\n")
             wait_status(c, post(c, body, "h200:1"), {"succeeded", "failed"})  # warm-up run
+            pids = [srv.proc.pid, *children(srv.proc.pid)]  # the server, its warm runner
+            used = [cpu_s(p) for p in pids]
             began = time.perf_counter()
             run_ids = [post(c, body, "h200:1") for _ in range(n)]
             # Polled every 50 ms, as the anchor polls squeue: the watching costs both alike.
             ends = [wait_status(c, r, {"succeeded", "failed"}, poll=0.05) for r in run_ids]
             elapsed = time.perf_counter() - began
+            used = [cpu_s(p) - u for p, u in zip(pids, used, strict=True)]
     finally:
         srv.stop()
     return {
@@ -42,6 +66,8 @@ def starforge(root: Path, n: int) -> dict[str, Any]:
         "succeeded": sum(v["status"] == "succeeded" for v in ends),
         "seconds": round(elapsed, 2),
         "runs_per_s": round(n / elapsed, 2),
+        "server_cpu_ms_per_run": round(1000 * used[0] / n, 1),
+        "warm_runner_cpu_ms_per_run": round(1000 * sum(used[1:]) / n, 1),
         "aim_per_s": AIM_PER_S,
     }
 

@@ -7,6 +7,7 @@ and exit code) or why not."""
 
 import json
 import os
+import subprocess
 import sys
 
 from starforge.runner import jobfork
@@ -27,6 +28,12 @@ if __name__ == "__main__":
                 job["argv"], job["cwd"], job["env"], log_fd=log.fileno(), per_run=set()
             )
             if isinstance(started, jobfork.ForkedJob):
+                if job.get("gate"):  # a job that cannot end before its gate opens runs on
+                    try:
+                        started.wait(timeout=0.05)
+                        raise AssertionError("the gated job ended before its gate opened")
+                    except subprocess.TimeoutExpired:
+                        open(job["gate"], "w").close()
                 code = started.wait()
                 print(json.dumps({"forked": True, "pid": started.pid, "code": code}), flush=True)
             else:

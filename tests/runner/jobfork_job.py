@@ -5,6 +5,7 @@ import json
 import os
 import random
 import sys
+import time
 
 import numpy
 
@@ -31,6 +32,9 @@ def seen() -> dict[str, object]:
 if __name__ == "__main__":
     print(json.dumps(seen()), flush=True)
     mode = sys.argv[1] if len(sys.argv) > 1 else "exit0"
+    if mode == "gate":  # ends once the file argv[2] exists
+        while not os.path.exists(sys.argv[2]):
+            time.sleep(0.01)
     if mode == "exit3":
         sys.exit(3)
     if mode == "message":

@@ -179,3 +179,12 @@ def test_only_plain_scripts_and_modules_of_this_interpreter_are_forked(
     argv: list[str], program: tuple[str, str, list[str]] | None
 ) -> None:
     assert jobfork.program_of(argv) == program
+
+
+def test_waiting_with_a_timeout_on_a_forked_job_that_runs_on_times_out(tmp_path: Path) -> None:
+    gated = job(tmp_path, "gated", "gate")
+    gate = tmp_path / "gate"
+    gated["argv"].append(str(gate))
+    gated["gate"] = str(gate)
+    (answer,), _ = drive(tmp_path, [gated])
+    assert answer["forked"] is True and answer["code"] == 0 and gate.exists()

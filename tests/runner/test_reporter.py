@@ -25,7 +25,7 @@ from starforge.catalog.loader import get_method
 from starforge.client.sender import read_beacon
 from starforge.contract.env import Binding
 from starforge.contract.layout import RunLayout
-from starforge.contract.states import JobStatus
+from starforge.contract.states import EndReason, JobStatus
 from starforge.runner.report import Reporter, runner_record_path, spool_dir
 from tests.server.factories import eventually
 from tests.server.test_integration import FAKE_RUNNER, Server, start_server, status_of
@@ -125,6 +125,23 @@ def test_a_quick_starts_starting_and_running_go_out_in_one_request(server: Serve
     assert (stats.points_sent, stats.batches_sent, stats.points_rejected) == (2, 1, 0)
     with server.client() as c:
         assert c.get(f"/runs/{b.run_id}").json()["status"] == "running"
+
+
+def test_a_job_that_ends_at_once_reports_running_and_its_exit_in_one_request(
+    server: Server,
+) -> None:
+    b = running_binding(server, "reporter-quick")
+    reporter = Reporter(b, lambda _: None)
+    reporter.start()
+    reporter.send("running", at_once=False)  # what the runner queues when the job starts
+    reporter.send("exited", exit_code=0, end_reason=EndReason.COMPLETED)
+    assert reporter.close(patience_s=60) and not reporter.fenced
+    stats = reporter.sender.stats
+    assert (stats.points_sent, stats.batches_sent, stats.points_rejected) == (2, 1, 0)
+    with server.client() as c:
+        view = c.get(f"/runs/{b.run_id}").json()
+    assert (view["status"], view["exit_code"]) == ("succeeded", 0)
+    assert [e["dst"] for e in view["events"]][-2:] == ["running", "succeeded"]
 
 
 def test_a_runner_whose_attempt_the_server_ended_is_fenced(server: Server) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import stat
 from pathlib import Path
 
@@ -42,6 +43,24 @@ def test_an_idle_cluster_starts_a_submitted_run_in_one_pass(
     assert attempt.executor_ref == ref and attempt.node_records()[0].ref == ref
     assert binding_path.name == "attempt-1.node-0.binding.json"
     assert log_path == Path(attempt.log_path)
+
+
+def test_a_run_whose_files_cannot_be_written_stays_queued_and_the_pass_places_the_others(
+    rt: Runtime,
+) -> None:
+    blocked, other = submit(rt).run_id, submit(rt).run_id
+    run_dir = dispatch.run_dir_of(rt, run_row(rt, blocked))
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    run_dir.write_text("a file where the run's folder goes")
+    assert schedule(rt) == [other]
+    stuck, placed = run_row(rt, blocked), run_row(rt, other)
+    assert (stuck.status, stuck.current_attempt, stuck.attempts) == ("queued", 0, [])
+    assert [e.dst for e in stuck.events] == ["queued"]
+    assert (placed.status, placed.current_attempt) == ("starting", 1)
+    run_dir.unlink()  # the cause is gone: the next pass places it
+    assert schedule(rt) == [blocked]
 
 
 def test_the_binding_says_everything_the_runner_needs(rt: Runtime) -> None:

@@ -233,3 +233,70 @@ def test_placing_nodes_twice_or_not_pending_is_refused() -> None:
     statemachine.place_nodes(attempt, {0: NodeRecord()})
     with pytest.raises(InvalidTransition):
         statemachine.place_nodes(attempt, {1: NodeRecord()})
+
+
+# ---- rows outside the unit of work (statemachine.load / save) --------------------------------
+
+
+def test_a_run_admitted_and_moved_in_one_transaction_keeps_its_events_in_order(
+    rt: Runtime,
+) -> None:
+    with rt.transaction() as session:
+        run = Run(
+            id="r-0000000020",
+            user="alice",
+            project="p",
+            experiment="e",
+            method="m",
+            status="",
+            spec={},
+            manifest={},
+            pools=[],
+            idempotency_key="k" * 8,
+        )
+        statemachine.admit(session, run, reason="waiting", actor="alice")
+        statemachine.transition(session, run, JobStatus.STOPPED, reason="stop", actor="alice")
+    with rt.transaction() as session:
+        events = session.scalars(select(Event).order_by(Event.id)).all()
+        assert [(e.src, e.dst) for e in events] == [(None, "queued"), ("queued", "stopped")]
+        assert session.get(Run, "r-0000000020").status == "stopped"  # type: ignore[union-attr]
+
+
+def test_a_loaded_run_saves_its_transition_and_its_new_attempt(rt: Runtime) -> None:
+    insert_run(rt, "r-0000000021", status=JobStatus.QUEUED)
+    with rt.transaction() as session:
+        rows = statemachine.load(session, "r-0000000021", attempt=0, queued=True)
+        assert rows is not None and rows.attempt is None
+        rows.attempt = Attempt(run_id="r-0000000021", number=1, allocation=[])
+        statemachine.place_nodes(rows.attempt, {0: NodeRecord(node="n1", pool="all")})
+        rows.run.current_attempt = 1
+        statemachine.transition(session, rows.run, JobStatus.STARTING, reason="go", actor="t")
+        statemachine.save(session, rows)
+    with rt.transaction() as session:
+        assert statemachine.load(session, "r-0000000021", queued=True) is None  # not queued now
+        rows = statemachine.load(session, "r-0000000021")
+        assert rows is not None and rows.attempt is not None
+        assert (rows.run.status, rows.run.reason, rows.run.current_attempt) == ("starting", "go", 1)
+        assert rows.attempt.node_records()[0].state is NodeState.PENDING
+        statemachine.node_event(rows.attempt, 0, NodeEvent.STARTED, ref="x:1")
+        statemachine.save(session, rows)
+    with rt.transaction() as session:
+        attempt = session.scalars(select(Attempt)).one()
+        assert (attempt.executor_ref, attempt.node_records()[0].state) == ("x:1", NodeState.STARTED)
+        events = session.scalars(select(Event)).all()
+        assert [(e.src, e.dst, e.reason) for e in events] == [("queued", "starting", "go")]
+
+
+def test_saving_an_attempt_that_was_not_loaded_is_refused(rt: Runtime) -> None:
+    insert_run(rt, "r-0000000022", status=JobStatus.QUEUED)
+    with rt.transaction() as session:
+        rows = statemachine.load(session, "r-0000000022")
+        assert rows is not None
+        rows.attempt = Attempt(id=999, run_id="r-0000000022", number=1, allocation=[])
+        with pytest.raises(ValueError, match="was not loaded"):
+            statemachine.save(session, rows)
+
+
+def test_there_is_no_row_to_load_for_an_unknown_run(rt: Runtime) -> None:
+    with rt.transaction() as session:
+        assert statemachine.load(session, "r-0000000099") is None

@@ -39,8 +39,10 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
+import time
 import traceback
 from typing import IO, Any
 
@@ -119,10 +121,21 @@ class ForkedJob:
                 self._waiting.release()
         return self.returncode
 
-    def wait(self) -> int:
-        with self._waiting:
-            while self.returncode is None:
-                self._reap(0)
+    def wait(self, timeout: float | None = None) -> int:
+        """Its exit code; with ``timeout``, ``subprocess.TimeoutExpired`` when it runs on."""
+        if timeout is None:
+            with self._waiting:
+                while self.returncode is None:
+                    self._reap(0)
+            return self.returncode
+        deadline = time.monotonic() + timeout
+        delay = 0.0005
+        while self.poll() is None:  # as Popen.wait(timeout=) does: poll, with a growing sleep
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout)
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, 0.05)
         return self.returncode
 
     def _reap(self, flags: int) -> None:

@@ -45,6 +45,7 @@ from starforge.runner.unpack import manifest_digest, unpack
 
 SIGTERM_EXIT = 128 + signal.SIGTERM
 FENCE_GRACE_S = 30.0
+QUICK_EXIT_S = 0.02  # what a job's `running` report waits for, in case its exit comes with it
 _PEER_UNPACK_WAIT_S = 600.0
 
 
@@ -225,7 +226,7 @@ class Runner:
             argv, moved = job_secrets.hide_in_argv(argv, self._secret_env)
             env = {**env, **moved}
         self.say(f"running: {' '.join(plan.argv)} (cwd {plan.cwd})")
-        self.reporter.send("running")
+        self.reporter.send("running", at_once=False)  # see _wait: a quick job's exit joins it
         try:
             self.child = self._start_child(argv, cwd, env, popen_user)
         except OSError as exc:  # not executable, or not by the job's user
@@ -240,7 +241,7 @@ class Runner:
             container.watchdog(os.getpid(), self.container)
         if self.terminating:  # SIGTERM landed between the check and Popen
             self.child.send_signal(signal.SIGTERM)
-        code = self.child.wait()
+        code = self._wait(self.child)
         if pumping is not None:  # the job's last words are in the log before anything reads it
             pumping.join(timeout=10.0)
         if code < 0:
@@ -278,6 +279,15 @@ class Runner:
             stderr=subprocess.STDOUT,
             **popen_user,
         )
+
+    def _wait(self, child: subprocess.Popen[bytes] | jobfork.ForkedJob) -> int:
+        """The job's exit code. ``running`` goes out once the job has run ``QUICK_EXIT_S``: a
+        job that ends sooner reports it with its exit, in one request instead of two."""
+        try:
+            return child.wait(timeout=QUICK_EXIT_S)
+        except subprocess.TimeoutExpired:
+            self.reporter.deliver()
+        return child.wait()
 
     def _launch_command(
         self, plan: LaunchPlan, as_user: dict[str, Any]

@@ -162,6 +162,11 @@ class Reporter:
         else:
             self.sender.put(body.model_dump(mode="json"))
 
+    def deliver(self) -> None:
+        """Send what is queued now (events queued with ``at_once=False``), without waiting."""
+        if self.enabled:
+            self.sender.wake.set()
+
     def close(self, patience_s: float = 60.0) -> bool:
         """Wait up to ``patience_s`` for every event to be delivered, then stop; True if so."""
         if not self.enabled:

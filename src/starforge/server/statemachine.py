@@ -19,12 +19,21 @@ A node's record changes only through :func:`node_event`, which consults
 and returns None (runner reports are retried and may arrive twice or late; callers answer them
 ``accepted=False``). The record is replaced under its rank, which the attempt's mutable JSON
 column notices, so the change is saved with the caller's transaction.
+
+The hot paths (runner reports, placements, recorded starts) do not go through the session's unit
+of work: :func:`load` reads a run and one attempt for update as plain objects outside the session
+(:class:`Rows`), the same functions decide on them, and :func:`save` writes the columns that
+changed as Core UPDATEs (a new attempt as one INSERT) in the caller's transaction. Every event is
+one Core INSERT when its transition is decided (pending ORM rows are flushed first, so events
+keep their order and a new run exists before its event).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -110,13 +119,20 @@ def transition(
         run.ended_at = now
     if end_reason is not None:
         run.end_reason = end_reason.value
-    session.add(
-        Event(run_id=run.id, at=now, src=src.value, dst=dst.value, reason=reason, actor=actor)
-    )
+    event = {"run_id": run.id, "at": now, "src": src.value, "dst": dst.value}
+    _record_event(session, {**event, "reason": reason, "actor": actor})
     if dst.is_terminal:  # webhooks owed, in this same transaction (an outbox)
         notify.enqueue(session, run, now)
     if dst is JobStatus.SUCCEEDED:
         start_next_step(session, run)
+
+
+def _record_event(session: Session, event: dict[str, Any]) -> None:
+    """One INSERT now. Rows the session still holds go first: an event of a run admitted in this
+    transaction needs the run (a foreign key), and the ids keep the order of the events."""
+    if session.new:
+        session.flush()
+    session.connection().execute(_INSERT_EVENT, event)
 
 
 def start_next_step(session: Session, run: Run) -> Run | None:
@@ -212,3 +228,114 @@ def set_queued_reasons(session: Session, reasons: Mapping[str, str]) -> None:
         .values(reason=sa.bindparam("why"), updated_at=utcnow())
     )
     session.execute(stmt, [{"rid": rid, "why": why} for rid, why in reasons.items()])
+
+
+# ---- rows outside the unit of work ---------------------------------------------------------------
+
+_RUNS = Run.__table__
+_ATTEMPTS = Attempt.__table__
+_RUN_COLUMNS = tuple(_RUNS.columns.keys())
+_ATTEMPT_COLUMNS = tuple(_ATTEMPTS.columns.keys())
+_SELECT_RUN = sa.select(_RUNS).where(_RUNS.c.id == sa.bindparam("rid"))
+_LOCK_RUN = _SELECT_RUN.with_for_update()
+_LOCK_QUEUED = (
+    sa.select(_RUNS)
+    .where(_RUNS.c.id == sa.bindparam("rid"), _RUNS.c.status == JobStatus.QUEUED.value)
+    .with_for_update(skip_locked=True)
+)
+_SELECT_ATTEMPT = sa.select(_ATTEMPTS).where(
+    _ATTEMPTS.c.run_id == sa.bindparam("rid"), _ATTEMPTS.c.number == sa.bindparam("number")
+)
+_INSERT_ATTEMPT = sa.insert(_ATTEMPTS)
+
+
+@dataclass
+class Rows:
+    """A run and one of its attempts as read by :func:`load`: plain objects outside the session
+    (``run.attempts`` is not loaded; the attempt is this one). :func:`save` writes what changed.
+    ``attempt`` may be set to a new attempt (no id yet), which :func:`save` inserts."""
+
+    run: Run
+    attempt: Attempt | None
+    _run_was: dict[str, Any] = field(repr=False)
+    _attempt_was: dict[str, Any] | None = field(repr=False)
+
+
+def _values(row: Any, columns: tuple[str, ...]) -> dict[str, Any]:
+    values = dict(row._mapping)
+    # A JSON column's value is compared by equality after the decisions: keep copies of the
+    # node records, which node_event replaces rank by rank.
+    if isinstance(values.get("nodes"), dict):
+        values["nodes"] = {k: dict(v) for k, v in values["nodes"].items()}
+    return {c: values[c] for c in columns}
+
+
+def _fresh(values: dict[str, Any]) -> dict[str, Any]:
+    """The object's own copies of the node records (the snapshot must not change with it)."""
+    if isinstance(values.get("nodes"), dict):
+        return {**values, "nodes": {k: dict(v) for k, v in values["nodes"].items()}}
+    return values
+
+
+def load(
+    session: Session, run_id: str, *, attempt: int | None = None, queued: bool = False
+) -> Rows | None:
+    """Lock ``run_id`` for this transaction and read it with its attempt ``attempt`` (its
+    current one by default, none for 0); None when there is no such run (or, ``queued``, when it
+    is no longer queued or another transaction holds it: ``FOR UPDATE SKIP LOCKED``). On SQLite
+    the transaction already holds the writer lock and this is a read."""
+    conn = session.connection()
+    row = conn.execute(_LOCK_QUEUED if queued else _LOCK_RUN, {"rid": run_id}).one_or_none()
+    if row is None:
+        return None
+    was = _values(row, _RUN_COLUMNS)
+    run = Run(**_fresh(was))
+    number = run.current_attempt if attempt is None else attempt
+    found = None
+    if number:
+        found = conn.execute(_SELECT_ATTEMPT, {"rid": run_id, "number": number}).one_or_none()
+    if found is None:
+        return Rows(run, None, was, None)
+    attempt_was = _values(found, _ATTEMPT_COLUMNS)
+    return Rows(run, Attempt(**_fresh(attempt_was)), was, attempt_was)
+
+
+def save(session: Session, rows: Rows) -> None:
+    """Write what the decisions changed on ``rows``: one UPDATE per changed row, or the INSERT of
+    a new attempt, in the caller's transaction."""
+    conn = session.connection()
+    if rows.attempt is not None:
+        attempt = rows.attempt
+        if attempt.id is None:  # a new attempt; the fields set on it, the others' defaults
+            given = sa.inspect(attempt).dict
+            values = {c: given[c] for c in _ATTEMPT_COLUMNS if c in given and c != "id"}
+            if "nodes" in values:
+                values["nodes"] = dict(values["nodes"])
+            conn.execute(_INSERT_ATTEMPT, values)
+        elif rows._attempt_was is not None and rows._attempt_was["id"] == attempt.id:
+            _update(conn, _ATTEMPTS, attempt, rows._attempt_was)
+        else:
+            raise ValueError(f"attempt {attempt.number} of run {rows.run.id} was not loaded here")
+    _update(conn, _RUNS, rows.run, rows._run_was)
+
+
+_UPDATES: dict[tuple[str, tuple[str, ...]], sa.Update] = {}
+
+
+def _update(conn: sa.Connection, table: sa.Table, obj: Any, was: dict[str, Any]) -> None:
+    changed = {c: getattr(obj, c) for c in was if c != "id" and getattr(obj, c) != was[c]}
+    if not changed:
+        return
+    if "nodes" in changed:
+        changed["nodes"] = dict(changed["nodes"])  # a plain dict for the JSON column
+    # One statement per set of columns, built once: a few shapes recur (a report, a placement).
+    key = (table.name, tuple(changed))
+    stmt = _UPDATES.get(key)
+    if stmt is None:
+        stmt = _UPDATES.setdefault(
+            key,
+            sa.update(table)
+            .where(table.c.id == sa.bindparam("_id"))
+            .values({c: sa.bindparam(f"_{c}") for c in changed}),
+        )
+    conn.execute(stmt, {"_id": obj.id, **{f"_{c}": v for c, v in changed.items()}})

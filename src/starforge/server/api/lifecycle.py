@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header
+from fastapi import APIRouter, Header, Request
 
 from starforge.contract.api import (
     RUN_TOKEN_HEADER,
@@ -14,10 +14,17 @@ from starforge.contract.api import (
     LifecycleEvent,
 )
 from starforge.server.api.authz import RUNNER, authorize
-from starforge.server.api.deps import RuntimeDep
+from starforge.server.runtime import Runtime
 from starforge.server.services import lifecycle
 
 router = APIRouter()
+
+
+def _runtime(request: Request) -> Runtime:
+    # Read here, not through a sync dependency: FastAPI runs each one in a worker thread, a
+    # hop that cost as much as a runner's report itself (every runner sends two or more).
+    runtime: Runtime = request.app.state.runtime
+    return runtime
 
 
 @router.post(
@@ -26,10 +33,10 @@ router = APIRouter()
 def post_event(
     run_id: str,
     body: LifecycleEvent,
-    rt: RuntimeDep,
+    request: Request,
     token: Annotated[str | None, Header(alias=RUN_TOKEN_HEADER)] = None,
 ) -> LifecycleAck:
-    outcome = lifecycle.handle(rt, run_id, token, body)
+    outcome = lifecycle.handle(_runtime(request), run_id, token, body)
     return LifecycleAck(accepted=outcome.accepted, message=outcome.message)
 
 
@@ -41,10 +48,10 @@ def post_event(
 def post_events(
     run_id: str,
     body: LifecycleBatch,
-    rt: RuntimeDep,
+    request: Request,
     token: Annotated[str | None, Header(alias=RUN_TOKEN_HEADER)] = None,
 ) -> LifecycleBatchAck:
-    outcomes = lifecycle.handle_many(rt, run_id, token, body.events)
+    outcomes = lifecycle.handle_many(_runtime(request), run_id, token, body.events)
     return LifecycleBatchAck(
         acks=[LifecycleAck(accepted=o.accepted, message=o.message) for o in outcomes]
     )

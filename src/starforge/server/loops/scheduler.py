@@ -45,8 +45,7 @@ def run_pass(rt: Runtime, *, arrivals_may_wait: bool = False) -> int:
         if arrivals_may_wait and queue.arrivals_can_wait(rt):
             return 0
         orders = dispatch.schedule_pass(rt)
-        for order in orders:
-            dispatch.start_attempt(rt, order)
+        dispatch.start_attempts(rt, orders)
         preemption.preempt_pass(rt)  # runs that still wait may take lower-priority runs' GPUs
     return len(orders)
 

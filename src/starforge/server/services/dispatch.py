@@ -1,11 +1,13 @@
 """Dispatch: turn queued runs into started attempts, and notice runners that went away.
 
 A scheduler pass (:func:`schedule_pass`) walks the queue in order (priority, then age) and, for
-each run that fits, commits in ONE transaction: ``queued -> starting``, a new attempt row with its
+each run that fits, writes in ONE transaction (the pass's; a run whose files cannot be written
+stays queued and the others are placed): ``queued -> starting``, a new attempt row with its
 allocation and per-node records, two fresh tokens (the runner's, for lifecycle events, and the
 job's, for metrics ingest; only their sha256 is stored) and the per-node binding files. Only
-after that commit does :func:`start_attempt` ask the executor to start each node and record the
-references. A start failure ends the attempt as ``startup_failed``.
+after that commit does :func:`start_attempts` ask the executor to start each node and record the
+references (a pass's starts in one transaction). A start failure ends the attempt as
+``startup_failed``.
 
 An attempt after the first (resume, retry, auto-retry) starts from the run's latest checkpoint
 (``services/checkpoints``), recorded on the attempt and handed to the runner as ``resume_from``.
@@ -34,11 +36,13 @@ from starforge.contract.profiles import Pool
 from starforge.contract.states import ACTIVE, JobStatus, NodeEvent, NodeState
 from starforge.server import statemachine
 from starforge.server.containers import runtime_for_runs
+from starforge.server.db import packs
 from starforge.server.db.models import Attempt, Run, utcnow
 from starforge.server.executors.base import NodeLaunch, SupportsGangStart
 from starforge.server.runtime import Runtime
 from starforge.server.services import admission, checkpoints, lifecycle, queue, scheduler
 from starforge.server.services.users import token_digest
+from starforge.server.storage import Storage
 
 log = logging.getLogger(__name__)
 
@@ -93,51 +97,63 @@ def schedule_pass(rt: Runtime) -> list[StartOrder]:
     snap = queue.read_snapshot(rt)  # one consistent read that holds no write lock
     decisions = queue.decide(rt, snap)  # kept for views: they read it instead of planning
     orders: list[StartOrder] = []
-    for decision in decisions:
-        if decision.slots is None:
-            continue
-        with rt.transaction() as session:
-            run = claim_queued(session, decision.run_id)
-            if run is None:
-                continue  # stopped meanwhile, or another pass holds it
-            free = scheduler.free_gpus(rt.inventory, held_gpus(session))
-            if not scheduler.slots_are_free(decision.slots, free):
-                continue  # the next pass decides it again
-            placed = place_run(rt, session, run, free, slots=decision.slots)
-        if placed is not None:
-            orders.append(placed)
+    starts = [d for d in decisions if d.slots is not None]
+    if starts:
+        with rt.transaction() as session:  # the pass's placements, committed together
+            for decision in starts:
+                placed = _place_decided(rt, session, decision.run_id, decision.slots or [])
+                if placed is not None:
+                    orders.append(placed)
     queue.save_reasons(rt, snap, decisions)
     return orders
 
 
-def claim_queued(session: Session, run_id: str) -> Run | None:
-    """Lock ``run_id`` for this transaction if it is still queued and no one else holds it.
+def _place_decided(
+    rt: Runtime, session: Session, run_id: str, slots: list[scheduler.Slot]
+) -> StartOrder | None:
+    """Place one run the pass chose, in the pass's transaction. A run whose files cannot be
+    written is left queued for the next pass (``place_run`` writes them before any row), and
+    the others' placements stand; a database error fails the whole pass, which starts nothing."""
+    rows = claim_queued(session, run_id)
+    if rows is None:
+        return None  # stopped meanwhile, or another pass holds it
+    free = scheduler.free_gpus(rt.inventory, held_gpus(session))
+    if not scheduler.slots_are_free(slots, free):
+        return None  # the next pass decides it again
+    try:
+        return place_run(rt, session, rows, free, slots=slots)
+    except OSError:
+        log.exception("could not write the files of %s; it stays queued", run_id)
+        return None
+
+
+def claim_queued(session: Session, run_id: str) -> statemachine.Rows | None:
+    """Lock ``run_id`` for this transaction if it is still queued and no one else holds it; the
+    run as a row outside the unit of work (``statemachine.load``).
 
     On PostgreSQL the row lock (``FOR UPDATE SKIP LOCKED``) is what keeps two passes (of an old
     and a new leader, say) from placing one run twice: the second one skips the row, and once the
     first commits the run is no longer queued. On SQLite writers are serial and this is a read."""
-    query = (
-        select(Run)
-        .where(Run.id == run_id, Run.status == JobStatus.QUEUED.value)
-        .with_for_update(skip_locked=True)
-        .execution_options(populate_existing=True)
-    )
-    return session.execute(query).scalar_one_or_none()
+    return statemachine.load(session, run_id, attempt=0, queued=True)
 
 
 def place_run(
     rt: Runtime,
     session: Session,
-    run: Run,
+    rows: statemachine.Rows,
     free: dict[str, scheduler.FreeNode],
     slots: list[scheduler.Slot] | None = None,
 ) -> StartOrder | None:
-    """Commit ``run``'s placement: ``slots`` the pass chose, else a best fit in ``free``."""
+    """Write the placement of the run of ``rows`` (claimed): ``slots`` the pass chose, else a
+    best fit in ``free``. Its files (``run.json``, the bindings) are written first: a run whose
+    files cannot be written (OSError) has nothing of this placement in the transaction."""
+    run = rows.run
     pools = admission.run_pools(run)
     slots = slots if slots is not None else scheduler.place(pools, free)
     if slots is None:
         reason = scheduler.shortfall(pools, free)
         statemachine.set_reason(run, reason)  # why it waits is not a status change: no event
+        statemachine.save(session, rows)
         return None
     number = run.current_attempt + 1
     run_dir = run_dir_of(rt, run)
@@ -154,7 +170,20 @@ def place_run(
     # A resumed, retried or auto-retried run continues from its latest checkpoint.
     latest = checkpoints.latest(run_dir / "out") if number > 1 else None
     attempt.resumed_from = str(latest.path) if latest else None
-    session.add(attempt)
+    # The packed blobs' extents are read in this transaction, not in one of their own.
+    storage = Storage(rt.storage.root, locate=lambda digests: packs.locate(session, digests))
+    starts = write_bindings(
+        rt,
+        run,
+        number,
+        slots,
+        pools,
+        token,
+        resume_from=attempt.resumed_from or "",
+        job_token=job_token,
+        storage=storage,
+    )
+    rows.attempt = attempt  # inserted by save
     run.current_attempt = number
     run.run_token_sha256 = token_digest(token)
     run.job_token_sha256 = token_digest(job_token)
@@ -166,16 +195,7 @@ def place_run(
         reason=f"attempt {number} placed on {where}",
         actor="scheduler",
     )
-    starts = write_bindings(
-        rt,
-        run,
-        number,
-        slots,
-        pools,
-        token,
-        resume_from=attempt.resumed_from or "",
-        job_token=job_token,
-    )
+    statemachine.save(session, rows)
     # The image as admission chose and pinned it (IMAGE@sha256:...): a retag is moot.
     return StartOrder(run.id, number, starts, pools=pools, image=run.image)
 
@@ -197,10 +217,13 @@ def write_bindings(
     *,
     resume_from: str = "",
     job_token: str = "",
+    storage: Storage | None = None,
 ) -> list[NodeLaunch]:
+    """Write the run's ``run.json`` (once; through ``storage``, the runtime's by default) and
+    each node's binding; what to start."""
     run_dir = run_dir_of(rt, run)
     if not rt.storage.run_json_path(run_dir).exists():  # written once, from the database
-        rt.storage.write_run_json(run_dir, run.spec, run.manifest, run.config)
+        (storage or rt.storage).write_run_json(run_dir, run.spec, run.manifest, run.config)
     rt.storage.make_run_dir(run_dir)
     port = rt.pick_port()
     starts = []
@@ -238,14 +261,27 @@ def write_bindings(
 
 def start_attempt(rt: Runtime, order: StartOrder) -> None:
     """Start every node of a committed placement, then record what was started."""
-    refs, error = _start_nodes(rt, order)
+    start_attempts(rt, [order])
+
+
+def start_attempts(rt: Runtime, orders: list[StartOrder]) -> None:
+    """Start the nodes of committed placements (a pass's, in order), then record what was
+    started, all in one transaction; then act on each outcome. A runner may report before its
+    start is recorded: the node table takes that order too (``contract/states``), and a leader
+    that dies first leaves runner records its successor adopts (``loops/takeover``)."""
+    if not orders:
+        return
+    started = [(order, *_start_nodes(rt, order)) for order in orders]
+    outcomes = []
     with rt.transaction() as session:
-        run = session.get(Run, order.run_id, with_for_update=True)
-        assert run is not None
-        outcome = record_starts(
-            session, run, order.attempt, refs, error, pause_grace_s=rt.settings.pause_grace_s
-        )
-    lifecycle.act_on(rt, outcome)
+        for order, refs, error in started:
+            rows = statemachine.load(session, order.run_id, attempt=order.attempt)
+            assert rows is not None
+            grace = rt.settings.pause_grace_s
+            outcomes.append(record_starts(session, rows, refs, error, pause_grace_s=grace))
+            statemachine.save(session, rows)
+    for outcome in outcomes:
+        lifecycle.act_on(rt, outcome)
 
 
 def _start_nodes(rt: Runtime, order: StartOrder) -> tuple[dict[int, str], str | None]:
@@ -275,14 +311,15 @@ def _start_nodes(rt: Runtime, order: StartOrder) -> tuple[dict[int, str], str | 
 
 def record_starts(
     session: Session,
-    run: Run,
-    number: int,
+    rows: statemachine.Rows,
     refs: dict[int, str],
     error: str | None,
     *,
     pause_grace_s: float | None = None,
 ) -> lifecycle.Outcome:
-    attempt = run.attempt(number)
+    """Record the started nodes' references on the attempt of ``rows`` (and a failed start's
+    end); the caller saves the rows."""
+    run, attempt = rows.run, rows.attempt
     assert attempt is not None
     for rank, ref in sorted(refs.items()):
         statemachine.node_event(attempt, rank, NodeEvent.STARTED, ref=ref)

@@ -218,10 +218,15 @@ def finish_attempt(
 
 
 def apply_event(
-    session: Session, run: Run, ev: LifecycleEvent, *, rt: Runtime | None = None
+    session: Session,
+    run: Run,
+    attempt: Attempt | None,
+    ev: LifecycleEvent,
+    *,
+    rt: Runtime | None = None,
 ) -> Outcome:
-    """Record one runner event in the caller's transaction."""
-    attempt = run.current
+    """Record one runner event on ``run`` and its current ``attempt``, in the caller's
+    transaction."""
     if attempt is None or ev.attempt != run.current_attempt or attempt.ended_at is not None:
         return Outcome(False, f"attempt {ev.attempt} of run {run.id} is not running; ignored")
     rank = ev.node_rank
@@ -260,13 +265,18 @@ def handle(rt: Runtime, run_id: str, token: str | None, ev: LifecycleEvent) -> O
 def handle_many(
     rt: Runtime, run_id: str, token: str | None, events: Sequence[LifecycleEvent]
 ) -> list[Outcome]:
-    """Apply a runner's events in order, in one transaction; then act on each outcome."""
+    """Apply a runner's events in order, in one transaction; then act on each outcome.
+
+    The run and its current attempt are read and written as rows (``statemachine.load`` and
+    ``save``), not through the session's unit of work: this is every runner's hot path."""
     with rt.transaction() as session:
-        run = session.get(Run, run_id, with_for_update=True)
-        if run is None:
+        rows = statemachine.load(session, run_id)
+        if rows is None:
             raise RunNotFound(f"no run {run_id}")
+        run = rows.run
         check_run_token(run, token)
-        outcomes = [apply_event(session, run, ev, rt=rt) for ev in events]
+        outcomes = [apply_event(session, run, rows.attempt, ev, rt=rt) for ev in events]
+        statemachine.save(session, rows)
         publishes = bool((run.spec or {}).get("output_dataset"))
     for outcome in outcomes:
         act_on(rt, outcome)

@@ -9,7 +9,8 @@ can resume (a complete checkpoint exists) and were not preempted within
 least work), until the run fits; victims it turns out not to need are dropped again. A run that
 cannot fit even then preempts nobody. A run that cannot resume is never preempted.
 
-:func:`preempt_pass` (one call at the end of each scheduler pass) first requeues the runs a
+:func:`preempt_pass` (one call at the end of each scheduler pass; a read-only look first, so a
+pass with nothing to settle or preempt takes no write lock) first requeues the runs a
 preemption paused (their latest checkpoint is where the next attempt starts), then applies the
 decision: each victim goes ``pausing`` (SIGTERM: the training saves a checkpoint and exits, as
 ``sf job pause``) with actor ``preempted by RUN (priority P)`` and a ``preemptions`` row, committed
@@ -225,12 +226,27 @@ def _snapshot(rt: Runtime, session: Session) -> tuple[list[Waiting], list[Holder
     return waiting, holders
 
 
+def _due(rt: Runtime, session: Session) -> bool:
+    """Whether a preemption record waits to be settled or a waiting run would preempt now."""
+    unsettled = select(Preemption.run_id).where(~Preemption.requeued).limit(1)
+    if session.scalar(unsettled) is not None:
+        return True
+    waiting, holders = _snapshot(rt, session)
+    if not waiting:
+        return False
+    min_interval_s = rt.settings.preempt_min_interval_s
+    return bool(choose(waiting, holders, rt.inventory, now=utcnow(), min_interval_s=min_interval_s))
+
+
 def preempt_pass(rt: Runtime) -> list[Preempt]:
     """Requeue what preemption paused, then preempt for the runs that wait for capacity."""
     if not rt.settings.preemption:
         return []
+    with rt.reading() as session:  # most passes have nothing to do: ask without the writer lock
+        if not _due(rt, session):
+            return []
     refs: list[str] = []
-    with rt.transaction() as session:
+    with rt.transaction() as session:  # decided again: the snapshot above only said it may be due
         requeued = _requeue_paused(rt, session)
         waiting, holders = _snapshot(rt, session)
         decided = choose(
