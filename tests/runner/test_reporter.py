@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -85,6 +86,14 @@ def submit(c: httpx.Client, key: str) -> str:
     return str(resp.json()["run_id"])
 
 
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def running_binding(server: Server, key: str) -> Binding:
     with server.client() as c:
         run_id = submit(c, key)
@@ -142,6 +151,11 @@ def test_a_job_that_ends_at_once_reports_running_and_its_exit_in_one_request(
         view = c.get(f"/runs/{b.run_id}").json()
     assert (view["status"], view["exit_code"]) == ("succeeded", 0)
     assert [e["dst"] for e in view["events"]][-2:] == ["running", "succeeded"]
+    # The reporter spoke for the fake runner, which still runs: the run being over, no stop
+    # reaches it, so the test ends it (its group), as it ends every process it started.
+    pgid = int(view["attempts"][-1]["executor_ref"].removeprefix("local:"))
+    os.killpg(pgid, signal.SIGTERM)
+    eventually(lambda: not group_alive(pgid), what="the fake runner to end")
 
 
 def test_a_runner_whose_attempt_the_server_ended_is_fenced(server: Server) -> None:
