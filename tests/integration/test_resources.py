@@ -8,6 +8,7 @@ only on order and numbers, never on durations.
 from __future__ import annotations
 
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -103,6 +104,16 @@ def view(sf: Callable[..., Result], run_id: str) -> dict:
     return got
 
 
+def explained(sf: Callable[..., Result], run_id: str, timeout: float = 60.0) -> dict:
+    """The run's view once a scheduler pass gave its reason (admission says it waits for one)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = view(sf, run_id)
+        if not got["reason"].startswith("waiting for the scheduler") or time.monotonic() > deadline:
+            return got
+        time.sleep(0.05)
+
+
 def release(gates: Path, *run_ids: str) -> None:
     for run_id in run_ids:
         (gates / run_id).touch()
@@ -169,7 +180,7 @@ def test_a_run_over_quota_queues_instead_of_failing_and_starts_when_the_quota_fr
         first = submitted(sf, gated_lab, "h200:8")
         assert wait_for(sf, first, {"running", "failed"})["status"] == "running"
         second = submitted(sf, gated_lab, "h200:8")
-        waiting = view(sf, second)
+        waiting = explained(sf, second)  # the pass that explains it runs after the submit
         assert waiting["status"] == "queued"
         assert waiting["reason"] == (
             f"your quota: 8 of 8 h200 GPUs in use by runs {first}; this run needs 8"
