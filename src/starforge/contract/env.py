@@ -114,6 +114,12 @@ def is_per_run(name: str) -> bool:
     return name.startswith(("FORGE_", "STARFORGE_")) or name in PER_NODE_KEYS
 
 
+# The warm trainer (runner/warm.py, started by the local executor): its flag, and the variable
+# that replaces the list of what it imports (a test's lighter stack).
+WARM_TRAINER_FLAG = "--trainer"
+WARM_TRAINER_PRELOAD_ENV = "STARFORGE_WARM_TRAINER_PRELOAD"
+
+
 def _server_fixed(b: Binding) -> dict[str, str]:
     """The variables of :func:`job_env` that are the same for every run of one server."""
     return {

@@ -43,6 +43,7 @@ from typing import Any
 
 import starforge.runner.main  # noqa: F401
 from starforge.catalog.loader import all_methods
+from starforge.contract.env import WARM_TRAINER_FLAG, WARM_TRAINER_PRELOAD_ENV
 from starforge.runner import fresh, jobfork
 
 RUNNER_MODULE = "starforge.runner"
@@ -62,7 +63,6 @@ PRELOAD = (
     "starforge.catalog.adapters.trl",
     "starforge.catalog.adapters.verl",
 )
-TRAINER_FLAG = "--trainer"
 # What the trl templates and the export and eval steps import, attributes included: trl and
 # transformers load their classes lazily, on first access.
 TRAINER_PRELOAD = (
@@ -76,8 +76,6 @@ TRAINER_PRELOAD = (
     "accelerate",
     "trl:SFTConfig,SFTTrainer,GRPOConfig,GRPOTrainer,DPOConfig,DPOTrainer",
 )
-# Replaces the list above (space-separated entries): a test's lighter stack.
-TRAINER_PRELOAD_ENV = "STARFORGE_WARM_TRAINER_PRELOAD"
 
 
 def preload() -> None:
@@ -182,12 +180,12 @@ def cuda_touched() -> bool:
 
 
 def main(argv: list[str]) -> int:
-    trainer = bool(argv) and argv[0] == TRAINER_FLAG
+    trainer = bool(argv) and argv[0] == WARM_TRAINER_FLAG
     args = argv[1:] if trainer else argv
     before = dict(os.environ)
     preload()
     if trainer:
-        names = os.environ.get(TRAINER_PRELOAD_ENV)
+        names = os.environ.get(WARM_TRAINER_PRELOAD_ENV)  # space-separated
         preload_trainer(before, tuple(names.split()) if names is not None else TRAINER_PRELOAD)
     serve(sys.stdin, sys.stdout, args[0] if args else RUNNER_MODULE)
     return 0

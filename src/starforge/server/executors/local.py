@@ -45,14 +45,17 @@ import threading
 from pathlib import Path
 from typing import IO
 
-from starforge.contract.env import Binding, import_env
+from starforge.contract.env import (
+    WARM_TRAINER_FLAG,
+    WARM_TRAINER_PRELOAD_ENV,
+    Binding,
+    import_env,
+)
 from starforge.contract.errors import StarForgeError
 
 log = logging.getLogger(__name__)
 PREFIX = "local:"
 WARM_MODULE = "starforge.runner.warm"
-TRAINER_FLAG = "--trainer"  # starforge.runner.warm's flag for the warm trainer
-TRAINER_PRELOAD_ENV = "STARFORGE_WARM_TRAINER_PRELOAD"  # and its variable: what it imports
 TRAINER_FRAMEWORKS = frozenset({"trl"})  # whose jobs import what the warm trainer imports
 ANSWER_TIMEOUT_S = 120.0  # a fork takes milliseconds
 READY_TIMEOUT_S = 120.0  # its imports: a fraction of a second, seconds for the warm trainer
@@ -106,7 +109,7 @@ class LocalExecutor:
         self._trainer: WarmRunner | None = None
         if warm and warm_trainer:
             # It is ready once torch, transformers and trl are imported: long on a loaded machine.
-            trainer = [command[0], "-m", WARM_MODULE, TRAINER_FLAG, command[2]]
+            trainer = [command[0], "-m", WARM_MODULE, WARM_TRAINER_FLAG, command[2]]
             self._trainer = WarmRunner(trainer, ready_timeout_s=300.0)
 
     def start(self, binding_path: Path, log_path: Path) -> str:
@@ -219,7 +222,7 @@ def trainer_env(binding_path: Path) -> dict[str, str] | None:
     server = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("STARFORGE_", "FORGE_")) or k == TRAINER_PRELOAD_ENV
+        if not k.startswith(("STARFORGE_", "FORGE_")) or k == WARM_TRAINER_PRELOAD_ENV
     }
     return {**server, **import_env(b)}
 
