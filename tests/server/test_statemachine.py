@@ -55,20 +55,25 @@ def test_every_transition_is_allowed_exactly_when_the_table_says_so(
             assert events == []
 
 
+def unadmitted(run_id: str) -> Run:
+    """A run as a submit builds it, before admission gives it its first status."""
+    return Run(
+        id=run_id,
+        user="alice",
+        project="p",
+        experiment="e",
+        method="m",
+        status="",
+        spec={},
+        manifest={},
+        pools=[],
+        idempotency_key="k" * 8,
+    )
+
+
 def test_admit_gives_a_new_run_queued_and_an_event_from_nothing(rt: Runtime) -> None:
     with rt.transaction() as session:
-        run = Run(
-            id="r-0000000002",
-            user="alice",
-            project="p",
-            experiment="e",
-            method="m",
-            status="",
-            spec={},
-            manifest={},
-            pools=[],
-            idempotency_key="k" * 8,
-        )
+        run = unadmitted("r-0000000002")
         statemachine.admit(session, run, reason="waiting", actor="alice")
     with rt.transaction() as session:
         event = session.scalars(select(Event)).one()
@@ -242,18 +247,7 @@ def test_a_run_admitted_and_moved_in_one_transaction_keeps_its_events_in_order(
     rt: Runtime,
 ) -> None:
     with rt.transaction() as session:
-        run = Run(
-            id="r-0000000020",
-            user="alice",
-            project="p",
-            experiment="e",
-            method="m",
-            status="",
-            spec={},
-            manifest={},
-            pools=[],
-            idempotency_key="k" * 8,
-        )
+        run = unadmitted("r-0000000020")
         statemachine.admit(session, run, reason="waiting", actor="alice")
         statemachine.transition(session, run, JobStatus.STOPPED, reason="stop", actor="alice")
     with rt.transaction() as session:
