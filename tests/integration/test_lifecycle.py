@@ -30,6 +30,7 @@ from starforge.project import experiments
 from starforge.project.lab import Lab
 from tests.conftest import Result, commit_all
 from tests.integration.conftest import embedded_server, wait_for
+from tests.server.factories import group_exists
 from tests.tiny_inputs import prepare_experiment
 
 pytestmark = pytest.mark.integration
@@ -129,14 +130,6 @@ def runner_pid(view: dict[str, Any], attempt: int = 1) -> int:
     return int(ref.removeprefix("local:"))
 
 
-def group_gone(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
 def trl_lab(new_lab: Callable[..., Lab]) -> Lab:
     lab = new_lab("trl-lab")
     experiments.new_experiment(lab, "g1", "trl/grpo")
@@ -175,7 +168,7 @@ def test_pause_then_resume_finishes_with_the_step_count_of_an_uninterrupted_run(
     kept = int(re.search(r"checkpoint-(\d+) \(step", view["reason"]).group(1))  # type: ignore[union-attr]
     assert kept >= 12
     pgid = runner_pid(view)
-    wait_until(lambda: group_gone(pgid), "the runner to exit after its last report")
+    wait_until(lambda: not group_exists(pgid), "the runner to exit after its last report")
 
     # Its GPU is free: a run that needs both h200 nodes whole starts and ends while it is paused.
     wide = custom_lab(name="c1", steps=2)
@@ -307,7 +300,7 @@ def test_kill_9_of_a_runner_is_node_lost_then_an_auto_retry_from_its_checkpoint(
     os.kill(pgid, signal.SIGKILL)  # the runner only: its training lives on in the group
 
     wait_until(lambda: len(view_of(sf, run_id)["attempts"]) == 2, "the auto-retry")
-    wait_until(lambda: group_gone(pgid), "the lost runner's group to be killed")
+    wait_until(lambda: not group_exists(pgid), "the lost runner's group to be killed")
     view = wait_for(sf, run_id, FINAL)
     assert view["status"] == "succeeded", log_of(view, 2)[-2000:]
     first, second = view["attempts"]
@@ -336,7 +329,7 @@ def test_a_runner_that_stops_beating_is_lost_and_fails_with_no_retry_left(
     assert (view["status"], view["end_reason"]) == ("failed", "node_lost")
     assert "no heartbeat for" in view["reason"]
     assert view["reason"].endswith("not retried: auto-retries used up (none allowed)")
-    wait_until(lambda: group_gone(pgid), "the silent runner's group to be killed")
+    wait_until(lambda: not group_exists(pgid), "the silent runner's group to be killed")
 
 
 # ---- idempotent submit -------------------------------------------------------------------------

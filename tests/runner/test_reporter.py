@@ -28,7 +28,7 @@ from starforge.contract.env import Binding
 from starforge.contract.layout import RunLayout
 from starforge.contract.states import EndReason, JobStatus
 from starforge.runner.report import Reporter, runner_record_path, spool_dir
-from tests.server.factories import eventually
+from tests.server.factories import eventually, group_exists
 from tests.server.test_integration import FAKE_RUNNER, Server, start_server, status_of
 
 pytestmark = pytest.mark.integration
@@ -84,14 +84,6 @@ def submit(c: httpx.Client, key: str) -> str:
     resp = c.post("/jobs", json=body)
     assert resp.status_code == 201, resp.text
     return str(resp.json()["run_id"])
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def running_binding(server: Server, key: str) -> Binding:
@@ -155,7 +147,7 @@ def test_a_job_that_ends_at_once_reports_running_and_its_exit_in_one_request(
     # reaches it, so the test ends it (its group), as it ends every process it started.
     pgid = int(view["attempts"][-1]["executor_ref"].removeprefix("local:"))
     os.killpg(pgid, signal.SIGTERM)
-    eventually(lambda: not group_alive(pgid), what="the fake runner to end")
+    eventually(lambda: not group_exists(pgid), what="the fake runner to end")
 
 
 def test_a_runner_whose_attempt_the_server_ended_is_fenced(server: Server) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -229,6 +230,15 @@ def force(rt: Runtime, run_id: str, *path: JobStatus) -> None:
         assert run is not None
         for dst in path:
             statemachine.transition(session, run, dst, reason="test", actor="test")
+
+
+def group_exists(pgid: int) -> bool:
+    """Whether a process group ``pgid`` has a member left (a runner's, say)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def eventually(check: Callable[[], bool], *, limit_s: float = 30.0, what: str = "") -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from starforge.server.executors.local import LocalExecutor, parse_ref, pid_alive
 
-from .factories import eventually
+from .factories import eventually, group_exists
 
 # A "runner" that starts a "training" child in its own group, then waits.
 RUNNER = """
@@ -29,14 +29,6 @@ def local(tmp_path: Path) -> LocalExecutor:
     script = tmp_path / "runner.py"
     script.write_text(RUNNER)
     return LocalExecutor([sys.executable, str(script)])
-
-
-def group_exists(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_the_training_of_a_runner_killed_with_sigkill_lives_on_until_its_group_is_killed(
