@@ -24,9 +24,18 @@ if __name__ == "__main__":
         with open(job["log"], "ab", buffering=0) as log:
             standby = jobfork.Standby.fork()
             assert standby is not None, "one thread and the stack imported: a standby is forked"
+            piped = bool(job.get("piped"))  # as for the secrets masker: read from a pipe
             started = standby.launch(
-                job["argv"], job["cwd"], job["env"], log_fd=log.fileno(), per_run=set()
+                job["argv"],
+                job["cwd"],
+                job["env"],
+                log_fd=None if piped else log.fileno(),
+                per_run=set(),
             )
+            if isinstance(started, jobfork.ForkedJob) and piped:
+                assert started.stdout is not None
+                for line in started.stdout:  # until the job's end closes the pipe
+                    log.write(b"piped: " + line)
             if isinstance(started, jobfork.ForkedJob):
                 if job.get("gate"):  # a job that cannot end before its gate opens runs on
                     try:

@@ -188,3 +188,16 @@ def test_waiting_with_a_timeout_on_a_forked_job_that_runs_on_times_out(tmp_path:
     gated["gate"] = str(gate)
     (answer,), _ = drive(tmp_path, [gated])
     assert answer["forked"] is True and answer["code"] == 0 and gate.exists()
+
+
+def test_a_forked_jobs_output_can_go_through_a_pipe_as_for_the_secrets_masker(
+    tmp_path: Path,
+) -> None:
+    piped = job(tmp_path, "piped", "raise")
+    piped["piped"] = True
+    (answer,), _ = drive(tmp_path, [piped])
+    assert answer["forked"] is True and answer["code"] == 1
+    lines = (tmp_path / "piped.log").read_text().splitlines()
+    assert lines and all(line.startswith("piped: ") for line in lines)  # stdout and stderr
+    assert json.loads(lines[0].removeprefix("piped: "))["fds"] == [0, 1, 2, 3]
+    assert lines[-1] == "piped: RuntimeError: the job broke"
