@@ -1,24 +1,25 @@
 """The trl/grpo template runs a real (tiny) GRPO job the way the platform runs it.
 
 The template is copied into a lab's experiments/demo, ``prepare.py`` builds the model and data,
-and ``train.py`` runs as a subprocess with the job's environment (the composed config in
-FORGE_CONFIG, or config.yaml in a run by hand), offline, on CPU.
+and ``train.py`` runs with the job's environment (the composed config in FORGE_CONFIG, or
+config.yaml in a run by hand), offline, on CPU, forked with the training stack imported as the
+local executor runs a trl job (``tests/catalog/preloaded.py``).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from tests.catalog import preloaded
 
 pytestmark = [
     pytest.mark.training,
@@ -54,14 +55,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def run_prepare(root: Path) -> subprocess.CompletedProcess[str]:
     exp = root / "experiments" / "demo"
-    return subprocess.run(
-        [sys.executable, "prepare.py"],
-        cwd=exp,
-        env=job_env(root, root / "none"),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    code, out, err = preloaded.run("prepare.py", exp, job_env(root, root / "none"), timeout=120)
+    return subprocess.CompletedProcess(["prepare.py"], code, out, err)
 
 
 def job_env(root: Path, out: Path, config: dict[str, Any] | None = None) -> dict[str, str]:
@@ -70,7 +65,7 @@ def job_env(root: Path, out: Path, config: dict[str, Any] | None = None) -> dict
     ``config`` is written as the composed config file FORGE_CONFIG points to; without it the
     job runs as by hand, from the experiment's config.yaml.
     """
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FORGE_")}
+    env = preloaded.base_env()
     env.update(
         FORGE_EXP_DIR=str(root / "experiments" / "demo"),
         FORGE_OUT_DIR=str(out),
@@ -79,10 +74,6 @@ def job_env(root: Path, out: Path, config: dict[str, Any] | None = None) -> dict
         FORGE_MODEL=str(root / "models" / "tiny-llama"),
         FORGE_TRAIN_DATA=str(root / "data" / "train.jsonl"),
         FORGE_VALIDATION_DATA=str(root / "data" / "val.jsonl"),
-        HF_HUB_OFFLINE="1",
-        HF_HOME=str(root / ".hf-home"),
-        OMP_NUM_THREADS="1",
-        PYTHONUNBUFFERED="1",
     )
     if config is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -98,22 +89,16 @@ def composed(out: Path, **overrides: Any) -> dict[str, Any]:
     return {**config, **overrides, "output_dir": str(out / "checkpoints")}
 
 
-def start_training(root: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+def start_training(root: Path, env: dict[str, str]) -> preloaded.Job:
     Path(env["FORGE_OUT_DIR"]).mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen(
-        [sys.executable, "train.py"],
-        cwd=env["FORGE_EXP_DIR"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    return preloaded.start("train.py", Path(env["FORGE_EXP_DIR"]), env)
 
 
 def train(root: Path, env: dict[str, str]) -> tuple[int, str]:
-    proc = start_training(root, env)
-    out, _ = proc.communicate(timeout=240)
-    return proc.returncode, out
+    """Its exit code, and its stdout followed by its stderr."""
+    job = start_training(root, env)
+    code = job.wait(timeout=240)
+    return code, "".join(job.output())
 
 
 def logged(output: str, tag: str = "[metrics] ") -> list[dict[str, Any]]:
@@ -177,18 +162,15 @@ def test_sigterm_saves_a_checkpoint_and_a_rerun_resumes_to_the_end(
 ) -> None:
     out = tmp_path / "out"
     env = job_env(lab, out, composed(out, **SLOW))
-    proc = start_training(lab, env)
-    seen: list[str] = []
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        seen.append(line)
+    job = start_training(lab, env)
+    for line in job.lines():
         if line.startswith("[metrics] ") and json.loads(line[10:])["step"] >= 3:
-            proc.send_signal(signal.SIGTERM)
+            job.send_signal(signal.SIGTERM)
             break
-    rest, _ = proc.communicate(timeout=120)
-    first_output = "".join(seen) + rest
+    code = job.wait(timeout=120)
+    first_output = "".join(job.output())
 
-    assert proc.returncode == 143, first_output
+    assert code == 143, first_output
     stopped_at = logged(first_output)[-1]["step"]
     assert 3 <= stopped_at < SLOW["max_steps"]
     assert checkpoint_steps(out)[-1] == stopped_at

@@ -1,22 +1,22 @@
 """A tiny lab around one trl/* template, run the way the platform runs it (no platform needed).
 
 The template is copied into ``experiments/demo``, ``prepare.py`` builds the tiny model and the
-data, and ``train.py`` runs as a subprocess with the job's environment — the composed trainer
-arguments in FORGE_CONFIG — offline, on the CPU.
+data, and ``train.py`` runs with the job's environment — the composed trainer arguments in
+FORGE_CONFIG — offline, on the CPU, forked with the training stack imported as the local
+executor runs a trl job (``tests/catalog/preloaded.py``).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tests.catalog import preloaded
 
 CATALOG = Path(__file__).resolve().parents[2] / "src" / "starforge" / "catalog"
 
@@ -36,20 +36,13 @@ class TemplateLab:
         (root / "starforge.yaml").write_text("name: demo\n")
         exp = root / "experiments" / "demo"
         shutil.copytree(made.template, exp, ignore=shutil.ignore_patterns("__pycache__"))
-        done = subprocess.run(
-            [sys.executable, "prepare.py"],
-            cwd=exp,
-            env=made.env(root / "none"),
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert done.returncode == 0, done.stdout + done.stderr
+        code, out, err = preloaded.run("prepare.py", exp, made.env(root / "none"), timeout=120)
+        assert code == 0, out + err
         return made
 
     def env(self, out: Path, config: dict[str, Any] | None = None) -> dict[str, str]:
         """The runner's environment; ``config`` is written as the composed FORGE_CONFIG file."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("FORGE_")}
+        env = preloaded.base_env()
         data = self.root / "data"
         env.update(
             FORGE_EXP_DIR=str(self.root / "experiments" / "demo"),
@@ -59,10 +52,6 @@ class TemplateLab:
             FORGE_MODEL=str(self.root / "models" / "tiny-llama"),
             FORGE_TRAIN_DATA=str(data / f"{self.method}-train.jsonl"),
             FORGE_VALIDATION_DATA=str(data / f"{self.method}-val.jsonl"),
-            HF_HUB_OFFLINE="1",
-            HF_HOME=str(self.root / ".hf-home"),
-            OMP_NUM_THREADS="1",
-            PYTHONUNBUFFERED="1",
         )
         if config is not None:
             out.mkdir(parents=True, exist_ok=True)
@@ -79,15 +68,7 @@ class TemplateLab:
 
 def train(env: dict[str, str]) -> tuple[int, str, str]:
     Path(env["FORGE_OUT_DIR"]).mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        [sys.executable, "train.py"],
-        cwd=env["FORGE_EXP_DIR"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    return done.returncode, done.stdout, done.stderr
+    return preloaded.run("train.py", Path(env["FORGE_EXP_DIR"]), env, timeout=240)
 
 
 def logged(output: str, tag: str) -> list[dict[str, Any]]:
