@@ -64,6 +64,9 @@ def test_a_warm_started_runner_starts_as_a_fresh_one_would(
     assert seen["cwd"] == str(binding.parent)
     assert seen["probe"] == "set after the warm process started"  # the server's env of now
     assert seen["stdin"] == os.devnull
+    # The imports are frozen: a collection in the runner copies none of the warm pages
+    # (bench/runner_fork.py measures what that saves).
+    assert seen["frozen"] > 1000
     assert seen["fds"][:3] == [0, 1, 2] and len(seen["fds"]) == 4  # + the listing's own
     assert warm.is_alive(ref)
     warm.stop(ref, grace_s=60)

@@ -2,6 +2,7 @@
 runner's start gave it, as one JSON line, then does what its binding file says (exit, sleep,
 raise). Started through the local executor's warm runner, or fresh, to compare the two."""
 
+import gc
 import json
 import os
 import sys
@@ -18,6 +19,7 @@ def describe() -> dict[str, object]:
         "sid": os.getsid(0),
         "cwd": os.getcwd(),
         "probe": os.environ.get("STARFORGE_WARM_PROBE", ""),
+        "frozen": gc.get_freeze_count(),  # objects the warm process kept from the collector
         "fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd")),
         "stdin": os.readlink("/proc/self/fd/0"),
     }

@@ -184,6 +184,7 @@ def main(argv: list[str]) -> int:
     args = argv[1:] if trainer else argv
     before = dict(os.environ)
     preload()
+    gc.freeze()  # out of the collector's reach: a child's collections copy none of their pages
     if trainer:
         names = os.environ.get(WARM_TRAINER_PRELOAD_ENV)  # space-separated
         preload_trainer(before, tuple(names.split()) if names is not None else TRAINER_PRELOAD)
