@@ -19,7 +19,7 @@ What a rule means:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any
@@ -144,10 +144,11 @@ def authorize_in_route(rule: Rule) -> Any:
     return _DEPENDENCIES[(rule, Credentials)]
 
 
-def _no_user() -> Callable[[], None]:
-    """A fresh function per rule: the rule is recorded on it, so each needs its own."""
+def _no_user() -> Callable[[], Awaitable[None]]:
+    """A fresh function per rule: the rule is recorded on it, so each needs its own. A
+    coroutine: FastAPI would hand a plain function to a worker thread, for nothing."""
 
-    def nobody() -> None:
+    async def nobody() -> None:
         return None
 
     return nobody
