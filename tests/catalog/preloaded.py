@@ -75,6 +75,8 @@ class Preloaded:
         assert self.job is None or self.job.poll() is not None, "one job at a time"
         self._jobs += 1
         out = self.home / f"job-{self._jobs}"
+        for made in (f"{out}.out", f"{out}.err"):
+            Path(made).touch()  # before the start: a reader may open them at once
         request = {
             "argv": argv,
             "cwd": str(cwd),

@@ -2,7 +2,8 @@
 
 It imports the training stack as the warm trainer does (``warm.preload_trainer``), says
 ``{"ready": true}``, then for each request line ``{"argv", "cwd", "env", "stdout", "stderr"}``
-starts the job and answers ``{"pid", "forked", "why"}``, then ``{"code"}`` once it has ended.
+(the output files, which the caller made empty) starts the job and answers ``{"pid",
+"forked", "why"}``, then ``{"code"}`` once it has ended.
 
 A job is forked, as the local executor's jobs are, when its environment matches the one the
 stack was imported under apart from the per-run variables and its program is a script or module
@@ -28,9 +29,9 @@ def _fork(argv: list[str], cwd: str, env: dict[str, str], stdout: str, stderr: s
         return pid
     code = 1
     try:
-        out = os.open(stdout, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        out = os.open(stdout, os.O_WRONLY | os.O_APPEND, 0o644)
         fresh.become(stdin=os.devnull, stdout=out, cwd=cwd, env=jobfork.job_environ(env))
-        err = os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        err = os.open(stderr, os.O_WRONLY | os.O_APPEND, 0o644)
         os.dup2(err, 2)
         os.close(err)
         numpy_random = sys.modules.get("numpy.random")
@@ -63,7 +64,7 @@ def main() -> None:
         elif differ := jobfork.env_difference(env, set()):
             why = f"its environment differs from the imports' ({', '.join(differ[:5])})"
         if why:
-            with open(job["stdout"], "wb") as out, open(job["stderr"], "wb") as err:
+            with open(job["stdout"], "ab") as out, open(job["stderr"], "ab") as err:
                 proc = subprocess.Popen(
                     argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err
                 )
