@@ -64,7 +64,10 @@ def test_a_priority_run_takes_the_gpus_of_a_resumable_run_which_resumes_continuo
 ) -> None:
     user = me(sf)
     set_priority(sf, user, 0)
-    lab = custom_lab(steps=40, step_seconds=0.2, resumed_step_seconds=0.01)
+    # The low run must still be running when the urgent one comes: its first attempt's 35 steps
+    # after the checkpoint (17 s) leave a loaded machine's scheduler and PostgreSQL time to
+    # preempt it; the resumed attempt runs fast, so only the first 5 steps cost wall time.
+    lab = custom_lab(steps=40, step_seconds=0.5, resumed_step_seconds=0.01)
     add_short_experiment(lab, "c2")
     low = submit_custom(sf, lab, profile="h200:16")  # both nodes whole
     wait_for_log(sf, low, r"\[checkpoint\] \S+/step-5")
