@@ -1,8 +1,8 @@
 """The trl/sft template runs a real (tiny) SFT job the way the platform runs it.
 
 The template is copied into a lab's experiments/demo, ``prepare.py`` builds the model and the
-reversal data, and ``train.py`` runs as a subprocess with the job's environment (the composed
-config in FORGE_CONFIG), offline, on CPU.
+reversal data, and ``train.py`` runs with the job's environment (the composed config in
+FORGE_CONFIG), offline, on CPU, forked as the local executor forks a trl job (``trl_harness``).
 """
 
 from __future__ import annotations
