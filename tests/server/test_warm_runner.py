@@ -21,10 +21,20 @@ from .factories import eventually
 TARGET = "tests.server.warm_target"
 
 
+# The runners each test started: they outlive the warm process by design, so the fixture ends
+# those still alive, even when the test failed before it ended them itself.
+_started: list[str] = []
+
+
 @pytest.fixture
 def warm() -> Iterator[LocalExecutor]:
     local = LocalExecutor([sys.executable, "-m", TARGET])
     yield local
+    for ref in _started:
+        if local.is_alive(ref):
+            local.kill(ref)
+            eventually(lambda ref=ref: not local.is_alive(ref), what="the kill at teardown")
+    _started.clear()
     local.close()
 
 
@@ -33,7 +43,9 @@ def start(local: LocalExecutor, tmp_path: Path, mode: str, name: str = "") -> tu
     folder.mkdir()
     binding = folder / "binding.json"
     binding.write_text(mode)
-    return local.start(binding, folder / "logs" / "node-0.log"), binding
+    ref = local.start(binding, folder / "logs" / "node-0.log")
+    _started.append(ref)
+    return ref, binding
 
 
 def first_line(log: Path) -> dict[str, Any]:
