@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, settings
 
 from starforge.cli.main import main
 from starforge.project import experiments, lab
-from tests import tiny_inputs
+from tests import forked_servers, tiny_inputs
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -68,6 +68,14 @@ def _never_the_real_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
         os.environ.pop("STARFORGE_HOME", None)
     else:
         os.environ["STARFORGE_HOME"] = saved
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _forked_servers() -> Iterator[None]:
+    """Embedded servers start forked from one preloaded python (tests/forked_servers.py)."""
+    launcher = forked_servers.install()
+    yield
+    forked_servers.uninstall(launcher)
 
 
 @pytest.fixture(autouse=True, scope="session")

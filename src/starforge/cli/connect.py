@@ -15,12 +15,37 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from typing import BinaryIO, Protocol
 
 from starforge.client import config
 from starforge.client.http import Client
 from starforge.contract.errors import ServerUnreachable, StarForgeError
 
 START_TIMEOUT_S = 60.0
+
+
+class Started(Protocol):
+    """What :func:`start_embedded` needs of the server process it started."""
+
+    def poll(self) -> int | None: ...
+
+
+def popen_server(argv: list[str], log: BinaryIO) -> Started:
+    """The server process, detached: its own session, stdin closed, stdout and stderr to ``log``."""
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+# How the embedded server is started. The test suite puts here a launcher that forks the server
+# from a python which has its imports done (tests/forked_servers.py); anything put here must
+# start exactly ``argv``, as popen_server does.
+launch_server: Callable[[list[str], BinaryIO], Started] = popen_server
 
 
 def running_embedded() -> tuple[str, int] | None:
@@ -51,14 +76,8 @@ def start_embedded(server_args: list[str] | None = None) -> tuple[str, int]:
             return found
         (folder / "server.json").unlink(missing_ok=True)
         with (folder / "server.out").open("ab") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "starforge.server", "--home", str(config.home())]
-                + (server_args or []),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            argv = [sys.executable, "-m", "starforge.server", "--home", str(config.home())]
+            proc = launch_server(argv + (server_args or []), log)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             found = running_embedded()

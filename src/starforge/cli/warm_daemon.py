@@ -79,12 +79,12 @@ class _RecordingEnviron(type(os.environ)):  # type: ignore[misc]
         return str(super().__getitem__(key))
 
 
-def preload() -> set[str]:
-    """Import :data:`PRELOAD`; the names of the environment variables read while doing so."""
+def preload(modules: tuple[str, ...] = PRELOAD) -> set[str]:
+    """Import ``modules``; the names of the environment variables read while doing so."""
     plain = type(os.environ)
     os.environ.__class__ = _RecordingEnviron
     try:
-        for name in PRELOAD:
+        for name in modules:
             importlib.import_module(name)
     finally:
         os.environ.__class__ = plain
