@@ -79,12 +79,13 @@ class _RecordingEnviron(type(os.environ)):  # type: ignore[misc]
         return str(super().__getitem__(key))
 
 
-def preload(modules: tuple[str, ...] = PRELOAD) -> set[str]:
-    """Import ``modules``; the names of the environment variables read while doing so."""
+def preload(modules: tuple[str, ...] | None = None) -> set[str]:
+    """Import ``modules`` (default :data:`PRELOAD`); the names of the environment variables read
+    while doing so."""
     plain = type(os.environ)
     os.environ.__class__ = _RecordingEnviron
     try:
-        for name in modules:
+        for name in PRELOAD if modules is None else modules:
             importlib.import_module(name)
     finally:
         os.environ.__class__ = plain
