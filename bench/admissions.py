@@ -14,12 +14,18 @@ job through ``slurmrestd`` (``POST /slurm/v0.0.38/job/submit`` on its unix socke
 for the measure; see :func:`slurmrestd`), reported as absent when it is not installed. The
 machine's load average is printed with the figures: it is shared.
 
-Usage: .venv/bin/python bench/admissions.py [--n 400] [--slurm]
+With ``--database-url`` or ``--servers N`` (N > 1), StarForge runs as N server processes
+(default 1) on one PostgreSQL database and one storage root (``docs/deploy.md``, "More than one
+server process"), the 8 clients spread over them, and the CPU per admission of PostgreSQL's
+backends is reported beside the servers'.
+
+Usage: .venv/bin/python bench/admissions.py [--n 400] [--slurm] [--servers 2 [--database-url URL]]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -28,7 +34,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,8 +73,51 @@ def rate(n_per_client: int, clients: int, one: Callable[[int], None]) -> float:
     return clients * n_per_client / (time.perf_counter() - began)
 
 
-def starforge(root: Path, n: int) -> dict[str, Any]:
-    srv = Server(root / "admit", CONFIG)
+def postgres_cpu_s() -> float:
+    """The CPU seconds used so far by the machine's live PostgreSQL processes (its backends)."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                if (entry / "comm").read_text().strip() == "postgres":
+                    total += cpu_s(int(entry.name))
+    return total
+
+
+@contextlib.contextmanager
+def postgres_database(cluster: str) -> Iterator[str]:
+    """The URL of a fresh database on ``cluster``, dropped afterwards."""
+    from sqlalchemy import create_engine, make_url, text
+    from sqlalchemy.pool import NullPool
+
+    name = f"sf_bench_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(cluster, poolclass=NullPool, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(cluster).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def starforge(root: Path, n: int, servers: int = 1, cluster: str = "") -> dict[str, Any]:
+    """The figures of one server on SQLite or, given a PostgreSQL ``cluster``, of ``servers``
+    processes on one database of it and one storage root, the clients spread over them (as
+    behind a load balancer; the single client is always the first server's)."""
+    if not cluster:
+        return admit(root, n, [CONFIG])
+    with postgres_database(cluster) as url:
+        shared = {**CONFIG, "database_url": url, "storage_root": str(root / "storage")}
+        return admit(root, n, [shared] * servers)
+
+
+def admit(root: Path, n: int, configs: list[dict[str, Any]]) -> dict[str, Any]:
+    srv = Server(root / "admit", configs[0])
+    others = [Server(root / f"admit-{i}", c, srv.token) for i, c in enumerate(configs[1:], 1)]
+    every = [srv, *others]
+    on_postgres = "database_url" in configs[0]
     blockers: list[str] = []
     try:
         with srv.client() as c:
@@ -76,31 +126,46 @@ def starforge(root: Path, n: int) -> dict[str, Any]:
             for run_id in blockers:
                 wait_status(c, run_id, {"running"}, poll=0.05)
             trivial = package(c, "true\n")
-        clients = [srv.client() for _ in range(CLIENTS)]
-        pid = srv.proc.pid
+        clients = [every[i % len(every)].client() for i in range(CLIENTS)]
+
+        def used() -> float:
+            return sum(cpu_s(s.proc.pid) for s in every)
+
+        database = postgres_cpu_s if on_postgres else lambda: 0.0
         try:
-            cpu = cpu_s(pid)
+            cpu, db = used(), database()
             one = rate(n, 1, lambda i: post(clients[i], trivial, "h200:1"))
-            cpu, cpu_one = cpu_s(pid), cpu_s(pid) - cpu
+            cpu, cpu_one, db, db_one = used(), used() - cpu, database(), database() - db
             eight = rate(n // CLIENTS, CLIENTS, lambda i: post(clients[i], trivial, "h200:1"))
-            cpu_eight = cpu_s(pid) - cpu
+            cpu_eight, db_eight = used() - cpu, database() - db
         finally:
             for c in clients:
                 c.close()
         with srv.client() as c:
             queued = c.get("/runs", params={"status": "queued", "limit": 1000}).json()["runs"]
     finally:
+        for other in others:
+            other.stop()
         srv.stop(blockers)
-    return {
+    eights = n // CLIENTS * CLIENTS
+    figures: dict[str, Any] = {
         "1_client_per_s": round(one, 1),
         "8_clients_per_s": round(eight, 1),
         "server_cpu_ms_per_admission": {
             "1_client": round(1000 * cpu_one / n, 2),
-            "8_clients": round(1000 * cpu_eight / (n // CLIENTS * CLIENTS), 2),
+            "8_clients": round(1000 * cpu_eight / eights, 2),
         },
         "queued_at_the_end": len(queued),
         "aim_per_s": 400,
     }
+    if on_postgres:
+        figures["server_processes"] = len(every)
+        figures["database"] = "postgresql"
+        figures["postgres_cpu_ms_per_admission"] = {
+            "1_client": round(1000 * db_one / n, 2),
+            "8_clients": round(1000 * db_eight / eights, 2),
+        }
+    return figures
 
 
 # ---- the anchor: the project's Slurm cluster --------------------------------------------------
@@ -204,11 +269,12 @@ def side_by_side(
     default_n: int,
     ours: Callable[[Path, int], dict[str, Any]],
     anchor: Callable[[Cluster, Path, int], dict[str, Any]],
+    parents: tuple[argparse.ArgumentParser, ...] = (),
 ) -> None:
     """The shared command line of the benches with a Slurm anchor: ``--n``, ``--slurm`` (start
-    the cluster if needed), ``--no-slurm``; StarForge first, then the anchor, one JSON document
-    with the machine's load before and after."""
-    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    the cluster if needed), ``--no-slurm`` and the options of ``parents``; StarForge first, then
+    the anchor, one JSON document with the machine's load before and after."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0], parents=list(parents))
     parser.add_argument("--n", type=int, default=default_n)
     parser.add_argument("--slurm", action="store_true", help="start Slurm's cluster if needed")
     parser.add_argument("--no-slurm", action="store_true", help="StarForge alone")
@@ -228,7 +294,32 @@ def side_by_side(
 
 
 def main() -> None:
-    side_by_side(__doc__, 400, starforge, lambda cluster, _, n: slurm(cluster, n))
+    scale = argparse.ArgumentParser(add_help=False)
+    scale.add_argument(
+        "--servers", type=int, default=1, help="server processes (over 1: on PostgreSQL)"
+    )
+    scale.add_argument(
+        "--database-url",
+        default="",
+        help="measure on this PostgreSQL cluster (a database is made on it and dropped); "
+        "default with --servers over 1: the one scripts/postgres.sh runs",
+    )
+    args, _ = scale.parse_known_args()
+    cluster = args.database_url
+    if args.servers > 1 and not cluster:
+        got = subprocess.run(
+            ["bash", str(ROOT / "scripts" / "postgres.sh"), "url"], capture_output=True, text=True
+        )
+        if got.returncode != 0:
+            raise SystemExit(
+                "--servers needs PostgreSQL: scripts/postgres.sh start, or give --database-url"
+            )
+        cluster = got.stdout.strip()
+
+    def ours(root: Path, n: int) -> dict[str, Any]:
+        return starforge(root, n, args.servers, cluster)
+
+    side_by_side(__doc__, 400, ours, lambda c, _, n: slurm(c, n), parents=(scale,))
 
 
 if __name__ == "__main__":

@@ -83,8 +83,15 @@ def summary(samples: list[float], digits: int = 4) -> dict[str, float]:
 class Server:
     """``python -m starforge.server`` in a fresh home, and an HTTP client with its token."""
 
-    def __init__(self, home: Path, config: dict[str, Any]) -> None:
+    def __init__(self, home: Path, config: dict[str, Any], local_token: str = "") -> None:
+        """``local_token``: the local admin's token to start with (the servers of one database
+        share it; each would otherwise register its own, replacing the last one's)."""
         home.mkdir(parents=True)
+        if local_token:
+            (home / "server").mkdir()
+            fd = os.open(home / "server" / "local-token", os.O_WRONLY | os.O_CREAT, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(local_token + "\n")
         (home / "server.yaml").write_text(yaml.safe_dump(config))
         env = {k: v for k, v in os.environ.items() if not k.startswith("STARFORGE_")}
         info = home / "server" / "server.json"
