@@ -53,6 +53,12 @@ fi
 STARFORGE_TEST_REGISTRY=$(bash scripts/registry.sh url)
 export STARFORGE_TEST_REGISTRY
 # --- end Registry
+# The tiny models and data the tests build from the trl templates (tests/tiny_inputs.py): built
+# once for both pytest sessions below, in a folder removed on exit.
+STARFORGE_TEST_INPUTS=$(mktemp -d -t starforge-test-inputs.XXXXXX)
+export STARFORGE_TEST_INPUTS
+inputs_previous_trap=$(trap -p EXIT | sed -E "s/^trap -- '(.*)' EXIT$/\1/")
+trap "rm -rf '$STARFORGE_TEST_INPUTS'; ${inputs_previous_trap}" EXIT
 # Two workers (STARFORGE_TEST_WORKERS): the tests of one outside resource (the Slurm cluster,
 # PostgreSQL's leader election) stay on one worker (tests/conftest.py, --dist loadgroup).
 workers=(-n "${STARFORGE_TEST_WORKERS:-2}" --dist loadgroup --durations=15)

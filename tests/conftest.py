@@ -81,7 +81,12 @@ def _forked_servers() -> Iterator[None]:
 @pytest.fixture(autouse=True, scope="session")
 def _shared_tiny_inputs(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Built experiment inputs (tests/tiny_inputs.py) live beside the workers' temp folders, so
-    both xdist workers of a session share one build of each."""
+    both xdist workers of a session share one build of each; in ``STARFORGE_TEST_INPUTS`` when
+    set, so that the test command's second session reuses the first one's."""
+    shared = os.environ.get("STARFORGE_TEST_INPUTS")
+    if shared:
+        tiny_inputs.set_cache_root(Path(shared))
+        return
     base = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):  # base is the session's folder's popen-gwN
         base = base.parent
