@@ -25,7 +25,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
+# The tests that use the driver run on one xdist worker: one driver's imports (about 6 s of CPU)
+# instead of one per worker. Their modules put it in their pytestmark.
+ONE_WORKER = pytest.mark.xdist_group("catalog-preloaded")
 READY_LIMIT_S = 300.0  # only bounds a failure: the imports take seconds
 
 

@@ -14,10 +14,12 @@ from typing import Any
 
 import pytest
 
+from tests.catalog import preloaded
 from tests.catalog.trl_harness import CATALOG, TemplateLab, logged, train
 
 pytestmark = [
     pytest.mark.training,
+    preloaded.ONE_WORKER,
     pytest.mark.timeout(300),
     pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="needs the [train] extra"),
 ]

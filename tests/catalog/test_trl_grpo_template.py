@@ -23,6 +23,7 @@ from tests.catalog import preloaded
 
 pytestmark = [
     pytest.mark.training,
+    preloaded.ONE_WORKER,
     pytest.mark.timeout(300),
     pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="needs the [train] extra"),
 ]
