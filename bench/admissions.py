@@ -115,11 +115,13 @@ def starforge(root: Path, n: int, servers: int = 1, cluster: str = "") -> dict[s
 
 def admit(root: Path, n: int, configs: list[dict[str, Any]]) -> dict[str, Any]:
     srv = Server(root / "admit", configs[0])
-    others = [Server(root / f"admit-{i}", c, srv.token) for i, c in enumerate(configs[1:], 1)]
-    every = [srv, *others]
+    others: list[Server] = []
     on_postgres = "database_url" in configs[0]
     blockers: list[str] = []
     try:
+        for i, config in enumerate(configs[1:], 1):
+            others.append(Server(root / f"admit-{i}", config, srv.token))
+        every = [srv, *others]
         with srv.client() as c:
             gated = package(c, GATED.format(gates=srv.gates))
             blockers = [post(c, gated, "h200:16"), post(c, gated, "h100:2")]
