@@ -15,10 +15,10 @@ import os
 import signal
 import sys
 import threading
-import traceback
 
 from starforge.cli import warm_daemon
 from starforge.runner import fresh
+from tests import forking
 
 # The server's imports, and the few it makes only once it runs (found with -X importtime).
 MODULES = (
@@ -38,27 +38,14 @@ MODULES = (
 
 
 def _fork(argv: list[str], cwd: str, env: dict[str, str], log: str) -> int:
-    sys.stdout.flush()  # nothing of the driver's may be written again by the child
-    pid = os.fork()
-    if pid:
-        return pid
-    code = 1
-    try:
+    def server() -> int:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the server waits on its own children
         os.setsid()
         out = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         fresh.become(stdin=os.devnull, stdout=out, cwd=cwd, env=env)
-        code = fresh.run_module("starforge.server", argv[3:])
-    except BaseException:  # nothing of the driver's may run on in the server's place
-        traceback.print_exc()
-    finally:
-        fresh.exit_like_python(code)
-    return 0  # never reached: the child exits above
+        return fresh.run_module("starforge.server", argv[3:])
 
-
-def _answer(data: dict[str, object]) -> None:
-    sys.stdout.write(json.dumps(data) + "\n")
-    sys.stdout.flush()
+    return forking.fork_program(server)
 
 
 def main() -> None:
@@ -67,11 +54,11 @@ def main() -> None:
     if threading.active_count() != 1:
         raise SystemExit("the server's imports started a thread: forking would be unsafe")
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
-    _answer({"ready": True, "env_names": sorted(names)})
+    forking.answer({"ready": True, "env_names": sorted(names)})
     for line in sys.stdin:
         request = json.loads(line)
         pid = _fork(list(request["argv"]), request["cwd"], dict(request["env"]), request["log"])
-        _answer({"pid": pid})
+        forking.answer({"pid": pid})
 
 
 if __name__ == "__main__":

@@ -17,18 +17,15 @@ import json
 import os
 import subprocess
 import sys
-import traceback
 
 from starforge.runner import fresh, jobfork, warm
+from tests import forking
 
 
 def _fork(argv: list[str], cwd: str, env: dict[str, str], stdout: str, stderr: str) -> int:
     kind, what, args = jobfork.program_of(argv) or ("script", "", [])
-    pid = os.fork()
-    if pid:
-        return pid
-    code = 1
-    try:
+
+    def job() -> int:
         out = os.open(stdout, os.O_WRONLY | os.O_APPEND, 0o644)
         fresh.become(stdin=os.devnull, stdout=out, cwd=cwd, env=jobfork.job_environ(env))
         err = os.open(stderr, os.O_WRONLY | os.O_APPEND, 0o644)
@@ -37,22 +34,14 @@ def _fork(argv: list[str], cwd: str, env: dict[str, str], stdout: str, stderr: s
         numpy_random = sys.modules.get("numpy.random")
         if numpy_random is not None:  # a fresh interpreter draws its seed anew
             numpy_random.seed()
-        code = (fresh.run_module if kind == "module" else fresh.run_script)(what, args)
-    except BaseException:  # nothing of the driver's may run on in the job's place
-        traceback.print_exc()
-    finally:
-        fresh.exit_like_python(code)
-    return 0  # never reached: the child exits above
+        return (fresh.run_module if kind == "module" else fresh.run_script)(what, args)
 
-
-def _answer(data: dict[str, object]) -> None:
-    sys.stdout.write(json.dumps(data) + "\n")
-    sys.stdout.flush()
+    return forking.fork_program(job)
 
 
 def main() -> None:
     warm.preload_trainer(dict(os.environ))
-    _answer({"ready": True})
+    forking.answer({"ready": True})
     for line in sys.stdin:
         job = json.loads(line)
         argv, cwd, env = list(job["argv"]), str(job["cwd"]), dict(job["env"])
@@ -68,13 +57,13 @@ def main() -> None:
                 proc = subprocess.Popen(
                     argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err
                 )
-            _answer({"pid": proc.pid, "forked": False, "why": why})
+            forking.answer({"pid": proc.pid, "forked": False, "why": why})
             code = proc.wait()
         else:
             pid = _fork(argv, cwd, env, job["stdout"], job["stderr"])
-            _answer({"pid": pid, "forked": True, "why": ""})
+            forking.answer({"pid": pid, "forked": True, "why": ""})
             code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-        _answer({"code": code})
+        forking.answer({"code": code})
 
 
 if __name__ == "__main__":
