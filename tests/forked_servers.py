@@ -21,13 +21,11 @@ import subprocess
 import sys
 import threading
 import warnings
-from pathlib import Path
 from typing import BinaryIO
 
 from starforge.cli import connect, warm_daemon
 from starforge.server.executors.local import pid_alive
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests import forking
 
 
 class Forked:
@@ -75,13 +73,7 @@ class Launcher:
         if self._proc is not None:
             return
         self._env = dict(os.environ)
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.forked_servers_driver"],
-            cwd=ROOT,
-            env=self._env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-        )
+        self._proc = forking.start_driver("tests.forked_servers_driver", self._env)
         ready = self._read()
         assert ready.get("ready"), ready
         self._names = set(ready["env_names"])

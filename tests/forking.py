@@ -6,11 +6,27 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 
 from starforge.runner import fresh
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def start_driver(module: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """``python -m module`` from the repository root under ``env``, its stdin and stdout piped
+    (requests in, answers out)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", module],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
 
 
 def answer(data: dict[str, object]) -> None:

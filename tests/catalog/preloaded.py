@@ -27,7 +27,8 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests import forking
+
 # The tests that use the driver run on one xdist worker: one driver's imports (about 6 s of CPU)
 # instead of one per worker. Their modules put it in their pytestmark.
 ONE_WORKER = pytest.mark.xdist_group("catalog-preloaded")
@@ -47,13 +48,7 @@ class Preloaded:
             "PYTHONUNBUFFERED": "1",
         }
         self.env.pop("PYTEST_CURRENT_TEST", None)  # pytest's own, changed at every test
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.catalog.preloaded_driver"],
-            cwd=ROOT,
-            env=self.env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-        )
+        self.proc = forking.start_driver("tests.catalog.preloaded_driver", self.env)
         self._buffer = b""
         self._jobs = 0
         self.job: Job | None = None
