@@ -87,6 +87,7 @@ def test_job_env_matches_the_golden_mapping() -> None:
         "NNODES": "1",
         "NODE_RANK": "0",
         "GPUS_PER_NODE": "1",
+        "NPROC_PER_NODE": "1",
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": "29511",
         "CUDA_VISIBLE_DEVICES": "3",

@@ -41,6 +41,10 @@ class Binding(Contract):
     node_rank: int = 0
     nnodes: int = 1
     gpus_per_node: int = 1
+    # The training processes this node starts (the launcher's --nproc_per_node): one per GPU, or
+    # the server's cpu_processes_per_node when jobs run on the CPU. 0 (an older server): one per
+    # GPU.
+    processes_per_node: int = Field(default=0, ge=0)
     visible_devices: list[int] = Field(default_factory=list)
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
@@ -58,6 +62,15 @@ class Binding(Contract):
     # The method's framework (trl, verl, custom, ...): the local executor starts the runner of
     # a trl job from its warm trainer, which has the training stack imported.
     framework: str = ""
+
+    @property
+    def procs_per_node(self) -> int:
+        return self.processes_per_node or max(self.gpus_per_node, 1)
+
+    @property
+    def world_size(self) -> int:
+        """The training processes of the run, every node's together (one pool of equal nodes)."""
+        return self.nnodes * self.procs_per_node
 
 
 KNOWN_KEYS: tuple[str, ...] = (
@@ -90,6 +103,7 @@ KNOWN_KEYS: tuple[str, ...] = (
     "NNODES",
     "NODE_RANK",
     "GPUS_PER_NODE",
+    "NPROC_PER_NODE",
     "MASTER_ADDR",
     "MASTER_PORT",
     "CUDA_VISIBLE_DEVICES",
@@ -105,7 +119,15 @@ KNOWN_KEYS: tuple[str, ...] = (
 # when a library is imported (CUDA_VISIBLE_DEVICES at CUDA's first use, the rendezvous at
 # init_process_group, the rest by our own code).
 PER_NODE_KEYS = frozenset(
-    {"NNODES", "NODE_RANK", "GPUS_PER_NODE", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES"}
+    {
+        "NNODES",
+        "NODE_RANK",
+        "GPUS_PER_NODE",
+        "NPROC_PER_NODE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "CUDA_VISIBLE_DEVICES",
+    }
 )
 
 
@@ -184,6 +206,7 @@ def make_binding(
         node_rank=node_rank,
         nnodes=nnodes,
         gpus_per_node=own.gpus_per_node,
+        processes_per_node=own.procs_per_node,
         visible_devices=list(visible_devices),
         master_addr=master_addr,
         master_port=master_port,
@@ -258,6 +281,7 @@ def job_env(spec: JobSpec, b: Binding) -> dict[str, str]:
         "NNODES": str(b.nnodes),
         "NODE_RANK": str(b.node_rank),
         "GPUS_PER_NODE": str(b.gpus_per_node),
+        "NPROC_PER_NODE": str(b.procs_per_node),
         "MASTER_ADDR": b.master_addr,
         "MASTER_PORT": str(b.master_port),
         "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in b.visible_devices),

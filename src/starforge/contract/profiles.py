@@ -41,6 +41,10 @@ class ProfileDef(Contract):
     nodes: int = Field(default=1, ge=1, description="the default node count")
     env: dict[str, str] = Field(default_factory=dict)
     label: str = ""
+    # Training processes per node; None: one per GPU. A server whose jobs run on the CPU (the
+    # virtual inventory) publishes its ``cpu_processes_per_node`` here, so the client's checks
+    # and ``--dry-run`` count the processes the runner will start.
+    processes_per_node: int | None = Field(default=None, ge=1)
 
 
 class ProfileRequest(Contract):
@@ -67,10 +71,23 @@ class Pool(Contract):
     # The profile's env as it was at admission: editing the server's settings later never
     # changes a run that is already queued.
     env: dict[str, str] = Field(default_factory=dict)
+    # The training processes each node starts (its launcher's ``--nproc_per_node``); 0, as in a
+    # pool recorded before this field existed: one per GPU.
+    processes_per_node: int = Field(default=0, ge=0)
 
     @property
     def total_gpus(self) -> int:
         return self.nodes * self.gpus_per_node
+
+    @property
+    def procs_per_node(self) -> int:
+        """The processes each node runs: the recorded count, else one per GPU (at least one)."""
+        return self.processes_per_node or max(self.gpus_per_node, 1)
+
+    @property
+    def world_size(self) -> int:
+        """The training processes of the whole pool, every node's together."""
+        return self.nodes * self.procs_per_node
 
 
 def parse_profile_arg(raw: str) -> ProfileRequest:
@@ -194,6 +211,7 @@ def resolve(
                 gpus_per_node=gpn,
                 roles=pool_roles,
                 env=dict(prof.env),
+                processes_per_node=prof.processes_per_node or gpn,
             )
         )
     check_roles(requests, method_roles)

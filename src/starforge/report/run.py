@@ -10,7 +10,8 @@ the run's ``out`` dir (``RunLayout.report_spool``).
 ``log`` never raises and never blocks on the network: it flattens, filters and appends to the
 sender's queue. ``step=None`` means the step after the previous call's (0 first); an explicit step
 also sets where the counter goes on. Only the process that created the run reports: a forked child
-(a data-loader worker) is silent.
+(a data-loader worker) is silent, and so is every rank but global rank 0 (``RANK``, as torchrun
+sets it) of a distributed training.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ _runs: weakref.WeakSet[Run] = weakref.WeakSet()
 
 def _after_fork_in_child() -> None:
     # A forked child (a data-loader worker) inherits the run but not its sender thread: silence
-    # it. Processes started fresh (torchrun, spawn) report on their own.
+    # it. Processes started fresh (spawn) report on their own; torchrun's ranks but 0 do not.
     for run in list(_runs):
         run.active = False
 
@@ -79,8 +80,10 @@ class Settings:
             env.get("STARFORGE_TOKEN", ""),
         )
         switched_on = env.get("STARFORGE_ENABLED", "1") != "0"
+        # A distributed training is one trajectory: its global rank 0 alone reports it.
+        rank_zero = env.get("RANK", "0").strip() in ("", "0")
         return cls(
-            enabled=switched_on and bool(endpoint and run_id and token),
+            enabled=switched_on and rank_zero and bool(endpoint and run_id and token),
             endpoint=endpoint,
             run_id=run_id,
             token=token,

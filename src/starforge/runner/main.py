@@ -37,7 +37,7 @@ from starforge.contract.jobspec import JobSpec, Manifest
 from starforge.contract.layout import UNPACKED_MARKER, RunLayout
 from starforge.contract.packs import read_extents
 from starforge.contract.states import EndReason
-from starforge.runner import container, datasets, jobfork, jobuser, slurm
+from starforge.runner import container, datasets, jobfork, jobuser, ranks, slurm
 from starforge.runner import secrets as job_secrets
 from starforge.runner.preflight import check_packages
 from starforge.runner.report import Reporter, write_exit_record, write_runner_record
@@ -63,6 +63,8 @@ class Runner:
         self.masker: job_secrets.Masker | None = None  # set when the job has secrets to hide
         self._secret_env: set[str] = set()  # names of the secrets passed as variables
         self.dataset_env: dict[str, str] = {}  # <NAME>_DATA_DIR of the run's datasets
+        self.launcher = ""  # the plan's distributed launcher ("torchrun"), see runner/ranks.py
+        self._ranks: ranks.TermForwarder | None = None
 
     def say(self, message: str) -> None:
         stamp = time.strftime("%H:%M:%S")
@@ -74,6 +76,9 @@ class Runner:
         self.terminating = True
         if self.child is not None and self.child.poll() is None:
             self.child.send_signal(signal.SIGTERM)
+            if self.launcher == ranks.TORCHRUN and self._ranks is None:
+                self._ranks = ranks.TermForwarder(self.child.pid)
+                self._ranks.start()
 
     def on_fenced(self, why: str) -> None:
         """The control plane ended this attempt: stop training, force it after a grace."""
@@ -212,6 +217,7 @@ class Runner:
             self._prepare_work_dir(manifest)
             spec = self._fetch_datasets(spec)
             plan = self._compile(spec)
+            self.launcher = plan.launcher
             as_user = self._hand_over(plan)
             self._take_secrets(spec, plan)
         except (StarForgeError, OSError, ValueError) as exc:
@@ -240,12 +246,15 @@ class Runner:
         if self.container:
             container.watchdog(os.getpid(), self.container)
         if self.terminating:  # SIGTERM landed between the check and Popen
-            self.child.send_signal(signal.SIGTERM)
+            self.on_sigterm(signal.SIGTERM, None)
         code = self._wait(self.child)
+        if self._ranks is not None:
+            self._ranks.stop()
         if pumping is not None:  # the job's last words are in the log before anything reads it
             pumping.join(timeout=10.0)
         if code < 0:
             code = 128 - code
+        code = ranks.exit_code(code, launcher=self.launcher, terminating=self.terminating)
         reason = self._container_end(code) if self.container else None
         if as_user:
             self._take_back()

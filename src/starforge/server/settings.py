@@ -15,6 +15,7 @@ Quotas: ``quota_defaults`` are the limits of every user an admin gave no quota o
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -113,9 +114,19 @@ def series_of(gpu_name: str) -> str:
 
 def detect_inventory() -> list[NodeDef]:
     """One node of the GPUs ``nvidia-smi`` lists, or the virtual cluster when there are none."""
+    names = gpu_names()
+    if not names:
+        return virtual_inventory()
+    host = os.uname().nodename or "local"
+    return [NodeDef(name=host, series=series_of(names[0]), gpus=len(names))]
+
+
+@functools.cache
+def gpu_names() -> list[str]:
+    """The GPUs ``nvidia-smi`` lists on this host; none without it."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
-        return virtual_inventory()
+        return []
     try:
         out = subprocess.run(
             [exe, "--query-gpu=name", "--format=csv,noheader"],
@@ -125,12 +136,8 @@ def detect_inventory() -> list[NodeDef]:
             check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError):
-        return virtual_inventory()
-    names = [line.strip() for line in out.splitlines() if line.strip()]
-    if not names:
-        return virtual_inventory()
-    host = os.uname().nodename or "local"
-    return [NodeDef(name=host, series=series_of(names[0]), gpus=len(names))]
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip()]
 
 
 def default_runner_command() -> list[str]:
@@ -154,6 +161,12 @@ class Settings(BaseSettings):
     # The local executor forks trl jobs from a warm trainer that has torch, transformers and trl
     # imported (runner/jobfork.py); off, every job starts a fresh interpreter.
     warm_trainer: bool = True
+    # Where jobs compute. ``cpu``: a node starts ``cpu_processes_per_node`` training processes
+    # (gloo), whatever GPUs its profile names; ``gpu``: one process per GPU. ``auto``: ``cpu`` for
+    # the local executor on a host where nvidia-smi lists no GPU (the virtual inventory), else
+    # ``gpu`` (a Slurm server's own host usually has no GPU; its compute nodes do).
+    devices: Literal["auto", "gpu", "cpu"] = "auto"
+    cpu_processes_per_node: int = Field(default=1, ge=1)
     stop_grace_s: float = Field(default=10.0, ge=0)
     # Lifecycle: a pause waits this long for the checkpoint before SIGKILL; runners beat every
     # heartbeat_s and one silent for lost_after_s (counted from this server's start at the
@@ -228,6 +241,13 @@ class Settings(BaseSettings):
             self.database_url = f"sqlite:///{self.home / 'server' / 'starforge.db'}"
         if self.inventory is None:
             self.inventory = detect_inventory()
+        if self.jobs_on_cpu:  # published with the profiles: the client counts these processes
+            self.profiles = [
+                p
+                if p.processes_per_node
+                else p.model_copy(update={"processes_per_node": self.cpu_processes_per_node})
+                for p in self.profiles
+            ]
         # Resolved once, so a root given through a symlink still contains the inputs under it.
         self.shared_roots = [Path(os.path.abspath(p.expanduser())) for p in self.shared_roots]
         return self
@@ -246,6 +266,13 @@ class Settings(BaseSettings):
         if yaml_file is not None and yaml_file.is_file():
             sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=yaml_file))
         return tuple(sources)
+
+    @property
+    def jobs_on_cpu(self) -> bool:
+        """Whether jobs train on the CPU (see ``devices``)."""
+        if self.devices != "auto":
+            return self.devices == "cpu"
+        return self.executor == "local" and not gpu_names()
 
     # Typed views of the derived fields (never None after validation).
     @property

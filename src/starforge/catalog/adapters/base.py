@@ -42,10 +42,35 @@ class LaunchPlan:
     cwd: str
     env: dict[str, str]
     files: dict[str, str] = field(default_factory=dict)  # path -> content, written before launch
+    launcher: str = ""  # "torchrun": the runner passes SIGTERM to its ranks (runner/ranks.py)
 
     def describe(self) -> dict[str, Any]:
         """What `--dry-run` prints: the command, where it runs, what the platform added."""
         return {"argv": self.argv, "cwd": self.cwd, "files": sorted(self.files)}
+
+
+# torchrun under a shell that ignores SIGTERM: the runner hands SIGTERM to the ranks itself
+# (runner/ranks.py); torchrun's own handling would abort their checkpoint after 30 s or at a
+# second signal. The ignored SIGTERM stays ignored across exec, and torchrun leaves it so when
+# it is not among the signals it handles.
+_IGNORE_TERM = ["sh", "-c", 'trap "" TERM; exec "$@"', "torchrun"]
+TORCHRUN_SIGNALS = "SIGINT,SIGHUP,SIGQUIT"
+
+
+def torchrun_argv(b: Binding, launcher: list[str], *program: str) -> list[str]:
+    """``torchrun`` (``launcher``: its command) of ``program`` on this node: the binding's node
+    count and rank, its processes per node and rank 0's address, static rendezvous (every node
+    is started at once, by the executor, so there is nothing elastic to wait for)."""
+    rendezvous = {
+        "nnodes": b.nnodes,
+        "node_rank": b.node_rank,
+        "nproc_per_node": b.procs_per_node,
+        "master_addr": b.master_addr,
+        "master_port": b.master_port,
+        "signals_to_handle": TORCHRUN_SIGNALS,
+    }
+    flags = [f"--{key}={value}" for key, value in rendezvous.items()]
+    return [*_IGNORE_TERM, *launcher, *flags, *program]
 
 
 def run_config(spec: JobSpec, method: Method, read: Callable[[str], str | None]) -> dict[str, Any]:

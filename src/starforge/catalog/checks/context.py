@@ -30,5 +30,17 @@ class CheckContext:
         """GPUs of the pool carrying ``role`` (or of all pools), when the profile is known."""
         if self.pools is None:
             return None
-        pools = [p for p in self.pools if role is None or role in p.roles] or self.pools
-        return sum(p.total_gpus for p in pools)
+        return sum(p.total_gpus for p in self._pools(role))
+
+    def processes(self, role: str | None = None) -> tuple[int, str] | None:
+        """The training processes of the pools carrying ``role`` (the data-parallel world size
+        of a one-pool method) and how they add up, when the profile is known."""
+        if self.pools is None:
+            return None
+        pools = self._pools(role)
+        how = " + ".join(f"{p.nodes} node(s) x {p.procs_per_node} per node" for p in pools)
+        return sum(p.world_size for p in pools), how
+
+    def _pools(self, role: str | None) -> list[Pool]:
+        assert self.pools is not None
+        return [p for p in self.pools if role is None or role in p.roles] or self.pools

@@ -28,12 +28,52 @@ from transformers import PrinterCallback, TrainerCallback, TrainerState
 HERE = Path(__file__).resolve().parent
 EXIT_BAD_INPUT = 2
 EXIT_SIGTERM = 143
+PR_SET_PDEATHSIG = 1  # prctl(2)
 DATA_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
 
 def fail(message: str) -> NoReturn:
     print(f"train.py: error: {' '.join(message.split())}", file=sys.stderr)
     sys.exit(EXIT_BAD_INPUT)
+
+
+def distributed() -> tuple[int, int]:
+    """(global rank, world size) as torchrun set them; (0, 1) for a run of one process. Every
+    rank says them first; a rank of several is tied to its launcher's life."""
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    node = os.environ.get("GROUP_RANK", os.environ.get("NODE_RANK", "0"))
+    local = os.environ.get("LOCAL_RANK", "0")
+    print(f"[dist] world_size={world} rank={rank} local_rank={local} node_rank={node}", flush=True)
+    if world > 1:
+        die_with_launcher()
+    return rank, world
+
+
+def die_with_launcher() -> None:
+    """torchrun starts each rank in a session of its own, out of reach of a SIGKILL sent to the
+    launcher's process group (a stop past its grace, a lost node): have the kernel end this rank
+    when its launcher dies, so no rank outlives its run."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the launcher's own shutdown is all there is
+        return
+    if os.getppid() == 1:  # the launcher died before the request took effect
+        sys.exit(EXIT_SIGTERM)
+
+
+def any_rank(flag: bool, args: Any) -> bool:
+    """Whether ``flag`` is set on any rank. Ranks must stop at the same step: one that stopped
+    alone would leave the others waiting for it in their next collective."""
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized() or dist.get_world_size() == 1:
+        return flag
+    votes = torch.tensor([1 if flag else 0], device=args.device)
+    dist.all_reduce(votes, op=dist.ReduceOp.MAX)
+    return bool(votes.item())
 
 
 def input_path(name: str, *, required: bool) -> Path | None:
@@ -124,7 +164,8 @@ class SigtermStop(TrainerCallback):
         self.requested = True  # no printing here: the main thread may be mid-write to stdout
 
     def on_step_end(self, args: Any, state: TrainerState, control: Any, **kw: Any) -> None:
-        if self.requested:
+        if any_rank(self.requested, args):  # every rank saves and stops at this step
+            self.requested = True
             print(f"[signal] SIGTERM: saving checkpoint-{state.global_step} and stopping")
             control.should_save = True
             control.should_training_stop = True
@@ -142,6 +183,8 @@ class PrintMetrics(TrainerCallback):
         self, args: Any, state: TrainerState, control: Any, logs: Any = None, **kw: Any
     ) -> None:
         logs = logs or {}
+        if not state.is_world_process_zero:  # one trajectory: rank 0 says it
+            return
         if "train_runtime" in logs:  # the end-of-training summary, not a step
             return
         is_eval = any(k.startswith("eval_") for k in logs)
@@ -190,6 +233,7 @@ def quiet_libraries() -> None:
 
 def main() -> int:
     stop = SigtermStop()  # first, so that a stop during the slow start-up is not lost
+    rank, world = distributed()
     model = model_location()
     train_path = input_path("FORGE_TRAIN_DATA", required=True)
     val_path = input_path("FORGE_VALIDATION_DATA", required=False)
@@ -198,9 +242,12 @@ def main() -> int:
     resume_from = input_path("FORGE_RESUME_FROM", required=False)
     settings, source = load_settings(out_dir)
 
+    import torch
     from trl import DPOConfig, DPOTrainer  # after the checks: importing TRL takes seconds
 
     quiet_libraries()
+    if world > 1 and (settings.get("use_cpu") or not torch.cuda.is_available()):
+        settings.setdefault("ddp_backend", "gloo")  # NCCL needs GPUs
 
     unknown = sorted(set(settings) - {f.name for f in dataclasses.fields(DPOConfig)})
     if unknown:
@@ -211,7 +258,9 @@ def main() -> int:
         config = DPOConfig(**settings)
     except (TypeError, ValueError) as exc:
         fail(f"invalid DPOConfig: {exc}")
-    print(f"[config] {json.dumps(settings, separators=(',', ':'), sort_keys=True, default=str)}")
+    if rank == 0:
+        line = json.dumps(settings, separators=(",", ":"), sort_keys=True, default=str)
+        print(f"[config] {line}")
 
     checkpoints = Path(config.output_dir)
     resume = resume_from or latest_checkpoint(checkpoints)
@@ -227,20 +276,24 @@ def main() -> int:
         callbacks=[PrintMetrics(), stop, *platform_callbacks()],
     )
     trainer.remove_callback(PrinterCallback)  # it prints each log again as a Python dict
-    if stop.requested:
+    if any_rank(stop.requested, config):  # the process group exists once the trainer does
         print("[stopped] before the first step; nothing to save")
         return EXIT_SIGTERM
     if finished:
-        print(f"[start] {resume} already has all {config.max_steps} steps; exporting it")
+        if rank == 0:
+            print(f"[start] {resume} already has all {config.max_steps} steps; exporting it")
         trainer.state = TrainerState.load_from_json(str(Path(resume, "trainer_state.json")))
     else:
-        print(f"[start] model={model} resume_from={resume or '-'} max_steps={config.max_steps}")
+        if rank == 0:
+            print(f"[start] model={model} resume_from={resume or '-'} max_steps={config.max_steps}")
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
 
     if stop.requested:
         print(f"[stopped] at step {trainer.state.global_step}; checkpoint in {checkpoints}")
         return EXIT_SIGTERM
     trainer.save_model(str(out_dir / "final"))
+    if rank != 0:  # the model was saved by rank 0 (every rank takes part in the save)
+        return 0
     summary = summarize(trainer.state)
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(f"[summary] {json.dumps(summary, separators=(',', ':'))}")
