@@ -8,8 +8,8 @@ verl 0.9.1 accepts and refuses.
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from starforge.catalog.loader import CATALOG_ROOT, Method, load_file
 from starforge.contract import params
 from starforge.contract.config import MISSING, compose, get_path, set_path
 from starforge.contract.env import job_env
-from starforge.contract.errors import BatchValidation
+from starforge.contract.errors import BatchValidation, ProfileError
 from starforge.contract.jobspec import InputKind, InputRef, Inputs, JobSpec, Provenance
 from starforge.contract.profiles import Pool
 from tests.catalog.compile_harness import RUN_DIR, WORK_DIR, binding, lay_out, reader
@@ -181,34 +181,75 @@ GRPO_OVERRIDES = [
     "trainer.project_name=lab",
     "trainer.experiment_name=demo-r-0123456789",
 ]
-RAY_HEAD_SCRIPT = (
-    'ray start --head --port="$1" --disable-usage-stats'
-    ' && python3 -c "$3" "$2" && shift 3 && exec "$@"'
-)
+DRIVER_EXIT = f"{RUN_DIR}/out/.starforge/attempt-1.ray-driver-exit"
+RAY_HEAD_SCRIPT = """\
+port=$1 nodes=$2 wait=$3 marker=$4
+shift 4
+driver= stopping=
+trap 'stopping=1; [ -z "$driver" ] || kill -TERM "$driver" 2>/dev/null' TERM INT HUP
+ray start --head --port="$port" --disable-usage-stats && python3 -c "$wait" "$nodes"
+code=$?
+if [ "$code" = 0 ] && [ -z "$stopping" ]; then
+    "$@" &
+    driver=$!
+    wait "$driver"; code=$?
+    while kill -0 "$driver" 2>/dev/null; do wait "$driver"; code=$?; done
+elif [ -n "$stopping" ]; then
+    code=143
+fi
+mkdir -p "${marker%/*}" && echo "$code" > "$marker.tmp" && mv -f "$marker.tmp" "$marker"
+ray stop
+exit "$code"
+"""
+RAY_WORKER_SCRIPT = """\
+address=$1 marker=$2 grace=${STARFORGE_DRIVER_EXIT_GRACE_S:-60}
+ray= stopping=
+trap 'stopping=1; [ -z "$ray" ] || kill -TERM "$ray" 2>/dev/null' TERM INT HUP
+ray start --address="$address" --disable-usage-stats --block &
+ray=$!
+while [ ! -f "$marker" ] && kill -0 "$ray" 2>/dev/null; do sleep 2; done
+waited=0
+while [ -z "$stopping" ] && [ ! -f "$marker" ] && [ "$waited" -lt "$grace" ]; do
+    sleep 1; waited=$((waited + 1))
+done
+if [ -f "$marker" ]; then
+    ray stop
+    wait "$ray"
+    read -r code < "$marker"
+    exit "${code:-1}"
+fi
+wait "$ray"; code=$?
+[ "$code" = 0 ] && code=1
+exit "$code"
+"""
 
 
-def test_grpo_node_0_starts_the_ray_head_then_runs_main_ppo_with_every_override(
+def test_grpo_node_0_starts_the_ray_head_runs_main_ppo_then_records_its_exit_and_stops_ray(
     tmp_path: Path,
 ) -> None:
     plan = compiled("verl/grpo", tmp_path, node_rank=0)
 
     assert plan.argv[:6] == ["bash", "-c", RAY_HEAD_SCRIPT, "starforge-ray-head", "29500", "2"]
     assert "ray.nodes()" in plan.argv[6]  # the wait-for-every-node snippet
-    assert plan.argv[7:] == ["python3", "-m", "verl.trainer.main_ppo", *GRPO_OVERRIDES]
+    assert plan.argv[7] == DRIVER_EXIT
+    assert plan.argv[8:] == ["python3", "-m", "verl.trainer.main_ppo", *GRPO_OVERRIDES]
     assert plan.cwd == f"{WORK_DIR}/experiments/demo"
     assert plan.env["RAY_ADDRESS"] == "10.0.0.1:29500"
     assert plan.env["FORGE_RUN_ID"] == "r-0123456789" and plan.files == {}
 
 
-def test_grpo_other_nodes_join_the_ray_head_and_block(tmp_path: Path) -> None:
+def test_grpo_other_nodes_join_the_ray_head_and_end_with_the_drivers_exit_code(
+    tmp_path: Path,
+) -> None:
     plan = compiled("verl/grpo", tmp_path, node_rank=1)
 
     assert plan.argv == [
-        "ray",
-        "start",
-        "--address=10.0.0.1:29500",
-        "--disable-usage-stats",
-        "--block",
+        "bash",
+        "-c",
+        RAY_WORKER_SCRIPT,
+        "starforge-ray-worker",
+        "10.0.0.1:29500",
+        DRIVER_EXIT,
     ]
     assert "RAY_ADDRESS" not in plan.env
 
@@ -316,7 +357,6 @@ def test_values_render_in_hydra_override_grammar(value: Any, text: str) -> None:
     assert hydra_value(value) == text
 
 
-@pytest.mark.skipif(importlib.util.find_spec("hydra") is None, reason="needs hydra-core")
 def test_rendered_values_parse_back_to_themselves_in_hydra() -> None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -327,68 +367,208 @@ def test_rendered_values_parse_back_to_themselves_in_hydra() -> None:
     assert overrides({"a": {"b": "x y", "c": {}}}) == ["a.b='x y'", "a.c={}"]
 
 
-def verl_config_dir() -> Path | None:
-    """verl's own Hydra config folder, found without importing verl (which needs Ray, torch)."""
-    spec = importlib.util.find_spec("verl")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations))) / "trainer" / "config"
+# scripts/setup.sh installs verl 0.9.1 here, without its dependencies and off sys.path.
+VERL_HOME = Path(sys.prefix) / "share" / "starforge" / "verl-0.9.1"
 
 
-@pytest.mark.skipif(
-    verl_config_dir() is None or importlib.util.find_spec("hydra") is None,
-    reason="needs the verl package (its YAML files) and hydra-core",
-)
+def verl_configs() -> Path:
+    """verl 0.9.1's own Hydra config folder (its wheel's ``verl/trainer/config``)."""
+    found = VERL_HOME / "verl" / "trainer" / "config"
+    assert found.is_dir(), f"verl's configs are missing at {found}: run scripts/setup.sh"
+    version = method("verl/grpo").version  # the configs of the pinned version, no other
+    assert (VERL_HOME / f"verl-{version}.dist-info").is_dir()
+    return found
+
+
+def compose_with_verl(config_name: str, args: list[str]) -> Any:
+    """verl's own ``@hydra.main`` composition, strict: an unknown key raises."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(verl_configs()), version_base=None):
+        return hydra_compose(config_name, overrides=args)
+
+
+def hydra_args(plan: LaunchPlan, method_id: str) -> list[str]:
+    return plan.argv[plan.argv.index(method(method_id).entrypoint.module) + 1 :]
+
+
 @pytest.mark.parametrize(
     ("method_id", "config_name"),
     [("verl/grpo", "ppo_trainer"), ("verl/sft", "sft_trainer_engine")],
 )
+@pytest.mark.parametrize("nnodes", [1, 2])
 def test_every_override_composes_against_verls_own_config(
-    method_id: str, config_name: str, tmp_path: Path
+    method_id: str, config_name: str, nnodes: int, tmp_path: Path
 ) -> None:
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
+    plan = compiled(method_id, tmp_path, nnodes=nnodes)
 
-    plan = compiled(method_id, tmp_path, nnodes=1)
-    args = plan.argv[plan.argv.index(method(method_id).entrypoint.module) + 1 :]
-
-    with initialize_config_dir(config_dir=str(verl_config_dir()), version_base=None):
-        config = hydra_compose(config_name, overrides=args)  # an unknown key raises
+    config = compose_with_verl(config_name, hydra_args(plan, method_id))
 
     assert config.trainer.default_local_dir == f"{RUN_DIR}/out/checkpoints"
-    assert config.trainer.nnodes == 1 and config.trainer.n_gpus_per_node == 8
+    assert config.trainer.nnodes == nnodes and config.trainer.n_gpus_per_node == 8
+    assert config.trainer.experiment_name == "demo-r-0123456789"
 
 
-def test_the_ray_head_script_starts_the_head_waits_then_execs_the_driver(
+def test_verls_composition_is_strict_about_unknown_keys() -> None:
+    from hydra.errors import ConfigCompositionException
+
+    with pytest.raises(ConfigCompositionException):
+        compose_with_verl("ppo_trainer", ["trainer.no_such_key=1"])
+
+
+# --- a rollout pool of its own ---------------------------------------------------------------
+
+TRAINER_POOL = Pool(
+    name="p0", profile="h200", series="h200", nodes=1, gpus_per_node=8, roles=["actor", "reference"]
+)
+ROLLOUT_POOL = Pool(
+    name="p1", profile="h100", series="h100", nodes=1, gpus_per_node=2, roles=["rollout"]
+)
+
+
+def split_plan(tmp_path: Path, node_rank: int = 0, **config_keys: Any) -> LaunchPlan:
+    """verl/grpo on ``--profile actor,reference=h200:8 --profile rollout=h100:2``."""
+    m = method("verl/grpo")
+    root = lay_out(m, tmp_path / "lab")
+    spec = spec_for(m, root)
+    b = binding(node_rank, 2, pools=[TRAINER_POOL, ROLLOUT_POOL], pool="p0")
+    config = run_config(spec, m, reader(root))
+    for key, value in config_keys.items():
+        set_path(config, key.replace("__", "."), value)
+    ctx = CompileContext(spec=spec, method=m, binding=b, env=job_env(spec, b), config=config)
+    return compile_plan(ctx)
+
+
+def test_a_rollout_pool_of_its_own_compiles_each_pools_shape_for_the_async_trainer(
     tmp_path: Path,
 ) -> None:
-    """The real bash plumbing, with ``ray`` and ``python3`` stubs that log their arguments."""
-    bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
+    plan = split_plan(tmp_path, trainer__v1__trainer_mode="separate_async")
+
+    args = hydra_args(plan, "verl/grpo")
+    assert "trainer.v1.trainer_mode=separate_async" in args
+    given = dict(a.split("=", 1) for a in args)
+    shape = ["trainer.nnodes", "trainer.n_gpus_per_node", "actor_rollout_ref.hybrid_engine"]
+    shape += ["actor_rollout_ref.rollout.nnodes", "actor_rollout_ref.rollout.n_gpus_per_node"]
+    assert [given[k] for k in shape] == ["1", "8", "false", "1", "2"]
+    assert "actor_rollout_ref.hybrid_engine=false" in args
+    assert plan.argv[5] == "2"  # the head waits for both pools' nodes to join one Ray cluster
+    config = compose_with_verl("ppo_trainer", args)  # the keys are verl 0.9.1's
+    assert config.actor_rollout_ref.rollout.n_gpus_per_node == 2
+    assert config.actor_rollout_ref.hybrid_engine is False
+
+
+def test_a_rollout_pool_of_its_own_with_the_default_trainer_is_refused_at_submit() -> None:
+    config = grpo_config()
+
+    with pytest.raises(ProfileError) as caught:
+        run_checks(CheckContext(GRPO, config, [TRAINER_POOL, ROLLOUT_POOL]))
+
+    assert "rollout=h100:2" in caught.value.message
+    assert "only with verl's asynchronous trainer" in caught.value.message
+    assert "trainer.v1.trainer_mode: separate_async" in (caught.value.hint or "")
+
+
+def test_the_reference_away_from_the_actor_is_refused_with_the_reason() -> None:
+    config = grpo_config(**{"trainer.v1.trainer_mode": "separate_async"})
+    actor = TRAINER_POOL.model_copy(update={"roles": ["actor"]})
+    rollout = ROLLOUT_POOL.model_copy(update={"roles": ["rollout", "reference"]})
+
+    with pytest.raises(ProfileError) as caught:
+        run_checks(CheckContext(GRPO, config, [actor, rollout]))
+
+    assert "reference model with the actor" in caught.value.message
+
+
+def test_the_runner_refuses_a_split_it_cannot_run_even_without_admission(tmp_path: Path) -> None:
+    with pytest.raises(ProfileError):
+        split_plan(tmp_path)
+
+
+RAY_STUB = """#!/bin/sh
+echo "ray $*" >> "$LOG"
+case "$*" in
+  *--block*) [ -n "$RAY_DIES" ] && exit "$RAY_DIES"; echo $$ > "$STATE/ray.pid"; exec sleep 60 ;;
+  stop) [ -z "$WORKER" ] && exit 0
+        while [ ! -f "$STATE/ray.pid" ]; do sleep 0.1; done; kill "$(cat "$STATE/ray.pid")" ;;
+esac
+exit 0
+"""
+PYTHON_STUB = """#!/bin/sh
+if [ "$1" = -c ]; then echo "wait for $3 nodes" >> "$LOG"; exit 0; fi
+echo "driver $*" >> "$LOG"
+exit "${DRIVER_CODE:-0}"
+"""
+
+
+def stubbed(tmp_path: Path) -> dict[str, str]:
+    """``ray`` and ``python3`` stubs that log their arguments; a blocking ``ray start --block``
+    that ``ray stop`` ends (and that exits at once with $RAY_DIES when it is set)."""
+    bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "ray").write_text('#!/bin/sh\necho "ray $*" >> "$LOG"\n')
-    (bin_dir / "python3").write_text(
-        '#!/bin/sh\nif [ "$1" = -c ]; then echo "wait for $3 nodes" >> "$LOG"; exit 0; fi\n'
-        'echo "driver $*" >> "$LOG"\n'
-    )
+    (bin_dir / "ray").write_text(RAY_STUB)
+    (bin_dir / "python3").write_text(PYTHON_STUB)
     for stub in bin_dir.iterdir():
         stub.chmod(0o755)
-    argv, env = ray_cluster_argv(binding(0, 3), ["python3", "-m", "verl.x", "a.b='q x'"])
+    return {"PATH": f"{bin_dir}:/usr/bin:/bin", "LOG": str(tmp_path / "calls.log"),
+            "STATE": str(tmp_path)}  # fmt: skip
 
-    done = subprocess.run(
-        argv,
-        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "LOG": str(log)},
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
 
-    assert done.returncode == 0, done.stderr
-    assert log.read_text().splitlines() == [
+def node_argv(node_rank: int, tmp_path: Path) -> list[str]:
+    b = binding(node_rank, 3).model_copy(update={"out_dir": str(tmp_path / "out")})
+    argv, _ = ray_cluster_argv(b, ["python3", "-m", "verl.x", "a.b='q x'"])
+    return argv
+
+
+@pytest.mark.parametrize("driver_code", [0, 3])
+def test_the_ray_head_runs_the_driver_records_its_exit_code_then_stops_ray(
+    tmp_path: Path, driver_code: int
+) -> None:
+    """The real bash plumbing of node 0, with stubs for ``ray`` and ``python3``."""
+    env = stubbed(tmp_path) | {"DRIVER_CODE": str(driver_code)}
+
+    done = subprocess.run(node_argv(0, tmp_path), env=env, capture_output=True, timeout=30)
+
+    assert done.returncode == driver_code, done.stderr
+    assert (tmp_path / "calls.log").read_text().splitlines() == [
         "ray start --head --port=29500 --disable-usage-stats",
         "wait for 3 nodes",
         "driver -m verl.x a.b='q x'",
+        "ray stop",
     ]
-    assert env == {"RAY_ADDRESS": "10.0.0.1:29500"}
+    exit_file = tmp_path / "out/.starforge/attempt-1.ray-driver-exit"
+    assert exit_file.read_text() == f"{driver_code}\n"
+
+
+@pytest.mark.parametrize("driver_code", [0, 1])
+def test_a_ray_worker_stops_ray_and_exits_with_the_drivers_code(
+    tmp_path: Path, driver_code: int
+) -> None:
+    exit_file = tmp_path / "out/.starforge/attempt-1.ray-driver-exit"
+    exit_file.parent.mkdir(parents=True)
+    exit_file.write_text(f"{driver_code}\n")  # what node 0 wrote before it stopped Ray
+
+    done = subprocess.run(
+        node_argv(1, tmp_path), env=stubbed(tmp_path) | {"WORKER": "1"}, timeout=30
+    )
+
+    assert done.returncode == driver_code
+    assert sorted((tmp_path / "calls.log").read_text().splitlines()) == [
+        "ray start --address=10.0.0.1:29500 --disable-usage-stats --block",  # in the background
+        "ray stop",
+    ]
+
+
+@pytest.mark.parametrize("ray_code", [0, 1])
+def test_a_ray_worker_whose_ray_ends_without_the_drivers_word_fails(
+    tmp_path: Path, ray_code: int
+) -> None:
+    """The head died (or never started a driver): nothing says the training succeeded."""
+    env = stubbed(tmp_path) | {"RAY_DIES": str(ray_code), "STARFORGE_DRIVER_EXIT_GRACE_S": "1"}
+
+    done = subprocess.run(node_argv(1, tmp_path), env=env, timeout=30)
+
+    assert done.returncode == 1
 
 
 # --- checks ----------------------------------------------------------------------------------

@@ -8,12 +8,18 @@ into micro-batches of ``ppo_micro_batch_size_per_gpu`` (``verl/workers/engine/ut
 data-parallel size is the actor's GPUs divided by the Ulysses sequence-parallel size. With
 ``use_dynamic_bsz`` the micro-batches are packed by tokens and the micro-batch rules do not apply.
 
+Pools (``verl.trainer.main_ppo``): one pool, or a rollout pool of its own with verl's
+asynchronous ``separate_async`` trainer (:func:`~starforge.catalog.adapters.verl.rollout_pool`,
+which the adapter compiles): any other profile is refused at submit with the reason, as a
+:class:`~starforge.contract.errors.ProfileError` raised through ``run_checks``.
+
 SFT (``verl.trainer.sft_trainer``): each rank takes ``train_batch_size // dp`` samples and,
 without ``use_dynamic_bsz``, splits them into micro-batches of ``micro_batch_size_per_gpu``.
 """
 
 from __future__ import annotations
 
+from starforge.catalog.adapters.verl import rollout_pool
 from starforge.catalog.checks.context import CheckContext
 
 ACTOR = "actor_rollout_ref.actor"
@@ -102,6 +108,13 @@ def grpo_batch(ctx: CheckContext) -> list[str]:
     return problems
 
 
+def pools(ctx: CheckContext) -> list[str]:
+    """A profile verl cannot run is refused here (raises), before a byte is uploaded."""
+    if ctx.pools is not None:
+        rollout_pool(ctx.pools, ctx.config)
+    return []
+
+
 def group_size(ctx: CheckContext) -> list[str]:
     estimator = ctx.value("algorithm.adv_estimator")
     n = _int(ctx, f"{ROLLOUT}.n")
@@ -165,6 +178,7 @@ CHECKS = {
     "verl_grpo_batch": grpo_batch,
     "verl_group_size": group_size,
     "verl_lengths": lengths,
+    "verl_pools": pools,
     "verl_sft_batch": sft_batch,
     "verl_sft_lengths": sft_lengths,
 }
