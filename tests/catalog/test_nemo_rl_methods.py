@@ -25,10 +25,11 @@ from starforge.catalog.loader import CATALOG_ROOT, Method, load_file
 from starforge.contract import params
 from starforge.contract.config import MISSING, compose, get_path, set_path
 from starforge.contract.env import job_env
-from starforge.contract.errors import BatchValidation
+from starforge.contract.errors import BatchValidation, ParamError, ProfileError
 from starforge.contract.jobspec import InputKind, InputRef, Inputs, JobSpec, Provenance
 from starforge.contract.profiles import Pool
 from tests.catalog.compile_harness import RUN_DIR, binding, lay_out, reader
+from tests.catalog.test_verl_methods import RAY_HEAD_SCRIPT, RAY_WORKER_SCRIPT
 
 METHODS = ["nemo-rl/grpo", "nemo-rl/sft"]
 CONFIG_FILE = f"{RUN_DIR}/state/attempt-1.nemo-rl-config.yaml"
@@ -134,10 +135,18 @@ def test_template_passes_its_own_checks(method_id: str, nodes: int, tmp_path: Pa
 
 # --- the launch plans and the config file ---------------------------------------------------
 
-RAY_HEAD_SCRIPT = (
-    'uv run ray start --head --port="$1" --disable-usage-stats'
-    ' && uv run python -c "$3" "$2" && shift 3 && exec "$@"'
-)
+DRIVER_EXIT = f"{RUN_DIR}/out/.starforge/attempt-1.ray-driver-exit"
+
+
+def uv_run(script: str) -> str:
+    """verl's Ray node scripts (golden-tested there) with NeMo-RL's ``uv run`` commands."""
+    return (
+        script.replace("ray start", "uv run ray start")
+        .replace("ray stop", "uv run ray stop")
+        .replace("python3 -c", "uv run python -c")
+    )
+
+
 GRPO_CONFIG = """# nemo-rl/grpo, run r-0123456789, attempt 1: written by StarForge.
 # Edit the experiment's config.yaml, not this file.
 defaults: /opt/nemo-rl/examples/configs/grpo_math_1B.yaml
@@ -240,9 +249,11 @@ def test_grpo_node_0_starts_the_ray_head_then_runs_run_grpo_with_the_written_con
 ) -> None:
     plan = compiled("nemo-rl/grpo", tmp_path, node_rank=0)
 
-    assert plan.argv[:6] == ["bash", "-c", RAY_HEAD_SCRIPT, "starforge-ray-head", "29500", "2"]
+    head = uv_run(RAY_HEAD_SCRIPT)
+    assert plan.argv[:6] == ["bash", "-c", head, "starforge-ray-head", "29500", "2"]
     assert "ray.nodes()" in plan.argv[6]  # the wait-for-every-node snippet
-    assert plan.argv[7:] == [
+    assert plan.argv[7] == DRIVER_EXIT
+    assert plan.argv[8:] == [
         "uv",
         "run",
         "python",
@@ -256,19 +267,48 @@ def test_grpo_node_0_starts_the_ray_head_then_runs_run_grpo_with_the_written_con
     assert plan.env["RAY_ADDRESS"] == "10.0.0.1:29500"
 
 
-def test_grpo_other_nodes_join_the_ray_head_and_block(tmp_path: Path) -> None:
+def test_grpo_other_nodes_join_the_ray_head_write_no_config_and_end_with_the_drivers_code(
+    tmp_path: Path,
+) -> None:
     plan = compiled("nemo-rl/grpo", tmp_path, node_rank=1)
 
     assert plan.argv == [
-        "uv",
-        "run",
-        "ray",
-        "start",
-        "--address=10.0.0.1:29500",
-        "--disable-usage-stats",
-        "--block",
+        "bash",
+        "-c",
+        uv_run(RAY_WORKER_SCRIPT),
+        "starforge-ray-worker",
+        "10.0.0.1:29500",
+        DRIVER_EXIT,
     ]
-    assert plan.files == {CONFIG_FILE: GRPO_CONFIG}
+    assert plan.files == {}  # only the driver (node 0) reads the config: one writer
+
+
+def test_pools_of_their_own_are_refused_at_submit_and_by_the_runner(tmp_path: Path) -> None:
+    policy = Pool(name="p0", profile="h200", series="h200", nodes=1, gpus_per_node=8,
+                  roles=["policy"])  # fmt: skip
+    generation = Pool(name="p1", profile="h100", series="h100", nodes=1, gpus_per_node=2,
+                      roles=["generation"])  # fmt: skip
+    config = grpo_config()
+
+    with pytest.raises(ProfileError) as caught:
+        run_checks(CheckContext(GRPO, config, [policy, generation]))
+    with pytest.raises(ProfileError):
+        compiled("nemo-rl/grpo", tmp_path, pools=[policy, generation], pool="p0")
+
+    assert "generation=h100:2" in caught.value.message
+    assert "one Ray cluster of equal nodes" in caught.value.message
+    assert "policy.generation.colocated" in (caught.value.hint or "")
+
+
+def test_the_seeds_kl_coef_is_refused_naming_nemo_rls_key() -> None:
+    with pytest.raises(ParamError) as caught:
+        params.parse_sets(GRPO.params, ["grpo.kl_coef=0.05"])
+
+    assert "the key meant is 'loss_fn.reference_policy_kl_penalty'" in caught.value.message
+    assert caught.value.hint == "use -s loss_fn.reference_policy_kl_penalty=0.05"
+    assert params.parse_sets(GRPO.params, ["loss_fn.reference_policy_kl_penalty=0.05"]) == {
+        "loss_fn.reference_policy_kl_penalty": 0.05
+    }
 
 
 def test_sft_on_one_node_is_the_plain_upstream_command(tmp_path: Path) -> None:

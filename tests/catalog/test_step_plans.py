@@ -116,17 +116,24 @@ def test_an_eval_step_runs_the_eval_program_on_the_exported_model() -> None:
 
 
 @pytest.mark.parametrize(
-    ("framework", "argv"),
+    ("framework", "checkpoint", "subdir", "argv"),
     [
         (
-            "verl",
+            "verl", "/ck/global_step_20", "actor",
             [
                 "python", "-m", "verl.model_merger", "merge", "--backend", "fsdp",
                 "--local_dir", "/ck/global_step_20/actor", "--target_dir", "/out/export",
             ],
         ),
         (
-            "nemo-rl",
+            "verl", "/ck/global_step_20", "",
+            [
+                "python", "-m", "verl.model_merger", "merge", "--backend", "fsdp",
+                "--local_dir", "/ck/global_step_20", "--target_dir", "/out/export",
+            ],
+        ),
+        (
+            "nemo-rl", "/ck/step_20", "",
             [
                 "uv", "run", "python", "/opt/nemo-rl/examples/converters/convert_dcp_to_hf.py",
                 "--config=/ck/step_20/config.yaml",
@@ -137,10 +144,23 @@ def test_an_eval_step_runs_the_eval_program_on_the_exported_model() -> None:
     ],
 )  # fmt: skip
 def test_the_frameworks_own_converter_is_compiled_for_verl_and_nemo_rl(
-    framework: str, argv: list[str]
+    framework: str, checkpoint: str, subdir: str, argv: list[str]
 ) -> None:
-    checkpoint = "/ck/global_step_20" if framework == "verl" else "/ck/step_20"
-    assert converter_argv(framework, checkpoint, "/out/export") == argv
+    assert converter_argv(framework, checkpoint, "/out/export", subdir=subdir) == argv
+
+
+@pytest.mark.parametrize(
+    ("method_id", "subdir"), [("verl/grpo", ["--subdir", "actor"]), ("verl/sft", [])]
+)
+def test_a_verl_export_names_where_its_trainer_keeps_the_model(
+    method_id: str, subdir: list[str]
+) -> None:
+    """PPO checkpoints keep the actor in global_step_N/actor; SFT ones in global_step_N."""
+    step = StepSpec(
+        action="export", index=0, root_run_id="r-parent0000", source_run_id="r-parent0000"
+    )
+    argv = compile_plan(context(method_id, step)).argv
+    assert argv[argv.index("huggingface") + 1 :] == subdir
 
 
 @pytest.mark.parametrize("method_id", ["verl/grpo", "nemo-rl/sft"])

@@ -2,7 +2,10 @@
 
 A value is parsed by the *declared* type, never guessed from its text: ``-s bf16=1`` is a bool,
 ``-s seed=1e3`` is refused for an int, ``-s tag=007`` stays the string ``"007"``. An unknown key
-fails with the closest declared names (never a dump of every name). Resolution gives every
+fails with the closest declared names (never a dump of every name), or, when it is one of a
+parameter's ``aliases`` (the name another framework or an older version gives it, e.g.
+``grpo.kl_coef`` for NeMo-RL's ``loss_fn.reference_policy_kl_penalty``), with the key meant; an
+alias is never accepted in its place, so a run records one name per value. Resolution gives every
 declared parameter its value in this order: ``-s``, the experiment's config at the parameter's
 path, the declaration's default; the result is what a run records.
 """
@@ -15,7 +18,7 @@ import re
 from enum import StrEnum
 from typing import Any
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from starforge.contract.base import Contract
 from starforge.contract.config import MISSING, get_path, set_path
@@ -48,6 +51,9 @@ class Param(Contract):
     required: bool = False
     doc: str = ""
     group: str = "general"
+    # Names a researcher may use for this parameter that are not this method's key (another
+    # framework's, an older version's): ``-s ALIAS=...`` is refused naming this parameter.
+    aliases: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _consistent(self) -> Param:
@@ -164,6 +170,11 @@ def suggest(key: str, names: list[str]) -> str:
     return "`sf methods METHOD` lists the parameters"
 
 
+def meant(key: str, params: dict[str, Param]) -> str | None:
+    """The declared parameter that ``key`` is an alias of, if any."""
+    return next((name for name, p in params.items() if key in p.aliases), None)
+
+
 def parse_sets(params: dict[str, Param], sets: list[str]) -> dict[str, Any]:
     """Every ``-s`` of a submission, parsed and checked; later ones win."""
     values: dict[str, Any] = {}
@@ -171,6 +182,13 @@ def parse_sets(params: dict[str, Param], sets: list[str]) -> dict[str, Any]:
         key, text = split_set(raw)
         param = params.get(key)
         if param is None:
+            name = meant(key, params)
+            if name is not None:
+                raise ParamError(
+                    f"-s {key}: the method has no parameter {key!r}; the key meant is {name!r}",
+                    hint=f"use -s {name}={text}",
+                    details={"param": key, "meant": name},
+                )
             raise ParamError(
                 f"-s {key}: the method has no parameter {key!r}",
                 hint=suggest(key, sorted(params)),

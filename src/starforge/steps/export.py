@@ -9,7 +9,10 @@ hyperparameters, data references with sha256, final metrics). For ``verl/*`` and
 the framework's own converter is run (:func:`~starforge.catalog.adapters.steps.converter_argv`).
 
 The folder appears whole or not at all: everything is written into ``OUT.partial`` and renamed
-into place, so a retried or killed export never leaves a half model where a reader looks.
+into place, so a retried or killed export never leaves a half model where a reader looks. A
+framework's converter is given ``OUT.partial`` before it exists and makes it itself: NeMo-RL's
+``convert_dcp_to_hf.py`` refuses a folder that exists. It runs from the NeMo-RL checkout
+(``$NEMO_RL_DIR``, ``uv run`` finds its environment there).
 Exit codes: 0 exported, 2 no such checkpoint or bad arguments, 1 the conversion failed.
 """
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -25,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from starforge.catalog.adapters.steps import converter_argv
+from starforge.catalog.adapters.steps import NEMO_RL_DIR, converter_argv
 
 _CHECKPOINT = re.compile(r"(?:checkpoint-|global_step_|step_|step-)(\d+)")
 HF_STATE = "trainer_state.json"
@@ -110,6 +114,15 @@ def export_hf(checkpoint: Path, target: Path, card: dict[str, Any]) -> None:
     tokenizer.save_pretrained(target)
 
 
+def convert(framework: str, checkpoint: Path, target: Path, subdir: str = "") -> int:
+    """Run the framework's own converter into ``target`` (which it creates); its exit code."""
+    nemo_dir = os.environ.get("NEMO_RL_DIR", "")
+    argv = converter_argv(framework, str(checkpoint), str(target), nemo_dir=nemo_dir, subdir=subdir)
+    cwd = (nemo_dir or NEMO_RL_DIR) if framework == "nemo-rl" else None
+    print("export: running " + " ".join(argv), flush=True)
+    return subprocess.call(argv, cwd=cwd)
+
+
 def run(args: argparse.Namespace) -> int:
     card = json.loads(Path(args.card).read_text()) if args.card else {}
     checkpoint = find_checkpoint(Path(args.checkpoints), args.step)
@@ -120,16 +133,18 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     partial = out.with_name(out.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)  # a killed earlier attempt's leftovers
-    partial.mkdir(parents=True)
+    partial.parent.mkdir(parents=True, exist_ok=True)
     print(f"export: {checkpoint} -> {out} ({args.framework}, {args.format})", flush=True)
     if args.framework == "trl":
+        partial.mkdir()
         export_hf(checkpoint, partial, card)
     else:
-        argv = converter_argv(args.framework, str(checkpoint), str(partial))
-        print("export: running " + " ".join(argv), flush=True)
-        code = subprocess.call(argv)
+        code = convert(args.framework, checkpoint, partial, args.subdir)
         if code != 0:
             print(f"export: the converter exited with code {code}", file=sys.stderr)
+            return 1
+        if not partial.is_dir():
+            print(f"export: the converter wrote nothing at {partial}", file=sys.stderr)
             return 1
     (partial / "README.md").write_text(model_card(card, checkpoint))
     shutil.rmtree(out, ignore_errors=True)
@@ -146,6 +161,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--card", default="", help="the model card's provenance (JSON)")
     p.add_argument("--format", default="huggingface", choices=["huggingface"])
     p.add_argument("--step", type=int, default=None, help="this checkpoint step (default: last)")
+    p.add_argument("--subdir", default="", help="the model's folder in a checkpoint (verl: actor)")
     return p
 
 

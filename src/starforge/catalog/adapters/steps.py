@@ -11,7 +11,10 @@ compiles the same command as the runner. Where each step writes:
 
 For ``verl/*`` and ``nemo-rl/*`` the export program resolves the checkpoint and runs the
 framework's own converter, whose command line is :func:`converter_argv` (golden-tested; those
-need the framework's image).
+need the framework's image). Both converters create their target folder themselves, and NeMo-RL's
+refuses one that exists, so the export program hands them a path that does not exist yet. Where
+a verl checkpoint keeps its model depends on the trainer that wrote it (:data:`VERL_MODEL_SUBDIR`);
+the export plan names it (``--subdir``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ from starforge.contract.steps import EVAL_REPORT, EXPORT_DIR, StepSpec
 
 CHECKPOINTS = "checkpoints"  # under a training run's out dir (adapters' platform_config)
 NEMO_RL_DIR = "/opt/nemo-rl"
+# The model's folder inside a verl checkpoint, by the entry module that wrote it: the PPO trainer
+# saves global_step_N/actor/ (and critic/), the SFT trainer its engine's shards in global_step_N/.
+VERL_MODEL_SUBDIR = {"verl.trainer.main_ppo": "actor", "verl.trainer.sft_trainer": ""}
 
 
 def source_out(ctx: CompileContext, run_id: str) -> str:
@@ -38,11 +44,15 @@ def source_out(ctx: CompileContext, run_id: str) -> str:
 
 
 def converter_argv(
-    framework: str, checkpoint: str, target: str, *, nemo_dir: str = ""
+    framework: str, checkpoint: str, target: str, *, nemo_dir: str = "", subdir: str = ""
 ) -> list[str]:
-    """The framework's own command that turns one checkpoint into a Hugging Face folder."""
+    """The framework's own command that turns one checkpoint into a Hugging Face folder.
+
+    ``target`` must not exist yet (NeMo-RL's converter refuses an existing folder); ``subdir``
+    is the model's folder inside a verl checkpoint (``actor`` for PPO, none for SFT)."""
     if framework == "verl":
-        # verl >= 0.4: the FSDP actor shards of global_step_N/actor merged into one HF model.
+        # verl >= 0.4: the FSDP shards (global_step_N/actor, or global_step_N for SFT) merged
+        # into one HF model; the merger makes the target folder.
         return [
             "python",
             "-m",
@@ -51,7 +61,7 @@ def converter_argv(
             "--backend",
             "fsdp",
             "--local_dir",
-            f"{checkpoint}/actor",
+            f"{checkpoint}/{subdir}" if subdir else checkpoint,
             "--target_dir",
             target,
         ]
@@ -111,6 +121,9 @@ def export_plan(ctx: CompileContext, step: StepSpec) -> LaunchPlan:
     ]
     if step.checkpoint_step is not None:
         argv += ["--step", str(step.checkpoint_step)]
+    if ctx.method.framework == "verl":
+        subdir = VERL_MODEL_SUBDIR.get(ctx.method.entrypoint.module, "")
+        argv += ["--subdir", subdir] if subdir else []
     files = {state: json.dumps(card_input(ctx, step), indent=2, sort_keys=True, default=str)}
     return LaunchPlan(argv=argv, cwd=ctx.work_dir, env=dict(ctx.env), files=files)
 

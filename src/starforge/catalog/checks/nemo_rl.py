@@ -12,10 +12,16 @@ GRPO trains once per step on ``num_prompts_per_step x num_generations_per_prompt
 ``loss_fn.force_on_policy_ratio`` requires exactly one global batch per step
 (``nemo_rl/algorithms/grpo.py``). SFT trains on ``train_global_batch_size`` samples per step
 and validates with ``sft.val_global_batch_size`` / ``sft.val_micro_batch_size``.
+
+Pools: NeMo-RL's cluster is ``cluster.num_nodes`` nodes of ``cluster.gpus_per_node`` GPUs each
+(one Ray virtual cluster of equal nodes), so a profile of several pools is refused at submit with
+the reason (:func:`~starforge.catalog.adapters.nemo_rl.one_pool`, a ``ProfileError`` raised
+through ``run_checks``; the adapter refuses it too).
 """
 
 from __future__ import annotations
 
+from starforge.catalog.adapters.nemo_rl import one_pool
 from starforge.catalog.checks.context import CheckContext
 
 GBS = "policy.train_global_batch_size"
@@ -79,6 +85,13 @@ def _micro_rule(ctx: CheckContext, role: str, gbs_key: str, mbs_key: str) -> lis
     return []
 
 
+def pools(ctx: CheckContext) -> list[str]:
+    """A profile NeMo-RL cannot describe is refused here (raises), before a byte is uploaded."""
+    if ctx.pools is not None:
+        one_pool(ctx.method.id, ctx.pools)
+    return []
+
+
 def grpo_batch(ctx: CheckContext) -> list[str]:
     problems: list[str] = []
     prompts = _int(ctx, "grpo.num_prompts_per_step")
@@ -120,6 +133,7 @@ def sft_batch(ctx: CheckContext) -> list[str]:
 
 
 CHECKS = {
+    "nemo_rl_pools": pools,
     "nemo_rl_grpo_batch": grpo_batch,
     "nemo_rl_validation": validation,
     "nemo_rl_sft_batch": sft_batch,
