@@ -214,6 +214,7 @@ while [ -z "$stopping" ] && [ ! -f "$marker" ] && [ "$waited" -lt "$grace" ]; do
 done
 if [ -f "$marker" ]; then
     ray stop
+    kill -TERM "$ray" 2>/dev/null
     wait "$ray"
     read -r code < "$marker"
     exit "${code:-1}"

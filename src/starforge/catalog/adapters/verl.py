@@ -61,10 +61,11 @@ exit "$code"
 """
 # Every other node: $1 = the head's address, $2 = the driver's exit-code file. ``ray start
 # --block`` exits 1 when the head goes away, even after a driver that succeeded, so the node's
-# exit is the driver's: once the file appears the node stops its own Ray and exits with the code
-# in it. Ray ending without that word (the head died, the network went) is a failure. The file
-# is written before the head stops Ray, but a shared filesystem that caches file attributes may
-# show it a little later: a node whose Ray ended looks for it for up to a minute
+# exit is the driver's: once the file appears the node stops its own Ray (and ends ``--block``,
+# which outlives Ray's processes when they end by SIGTERM) and exits with the code in it. Ray
+# ending without that word (the head died, the network went) is a failure. The file is written
+# before the head stops Ray, but a shared filesystem that caches file attributes may show it a
+# little later: a node whose Ray ended looks for it for up to a minute
 # ($STARFORGE_DRIVER_EXIT_GRACE_S), unless it was told to stop.
 _RAY_WORKER = """\
 address=$1 marker=$2 grace=${STARFORGE_DRIVER_EXIT_GRACE_S:-60}
@@ -79,6 +80,7 @@ while [ -z "$stopping" ] && [ ! -f "$marker" ] && [ "$waited" -lt "$grace" ]; do
 done
 if [ -f "$marker" ]; then
     @RAY@ stop
+    kill -TERM "$ray" 2>/dev/null
     wait "$ray"
     read -r code < "$marker"
     exit "${code:-1}"
