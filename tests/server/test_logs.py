@@ -125,3 +125,32 @@ def test_tail_offset_counts_lines_across_block_boundaries(tmp_path: Path) -> Non
     assert logs.tail_offset(path, 1) == len(line) * 300
     assert logs.tail_offset(path, 101) == len(line) * 200
     assert logs.tail_offset(path, 1000) == 0
+
+
+def two_node_run(rt: Runtime, node0: bytes, node1: bytes) -> str:
+    run_id = running_run(rt, profiles=["h200:16"])
+    first = log_file(rt, run_id)
+    first.write_bytes(node0)
+    (first.parent / "attempt-1.node-1.log").write_bytes(node1)
+    return run_id
+
+
+def test_each_node_of_a_two_node_run_is_read_by_its_rank(rt: Runtime) -> None:
+    run_id = two_node_run(rt, b"rank 0 up\n", b"rank 1 up\nNCCL error: unhandled\n")
+    first = read(rt, run_id)
+    assert (first.node, first.nodes, first.data) == (0, 2, "rank 0 up\n")
+    second = read(rt, run_id, node=1)
+    assert (second.node, second.nodes, second.data) == (1, 2, "rank 1 up\nNCCL error: unhandled\n")
+    assert read(rt, run_id, node=1, tail=1).data == "NCCL error: unhandled\n"
+    assert read(rt, run_id, node=1, offset=10).data == "NCCL error: unhandled\n"
+
+
+def test_a_node_the_attempt_does_not_have_is_not_found_with_the_nodes_it_has(rt: Runtime) -> None:
+    run_id = two_node_run(rt, b"", b"")
+    with pytest.raises(NotFound, match="has no node 2: it ran on 2 nodes") as caught:
+        read(rt, run_id, node=2)
+    assert "--node takes 0 to 1" in (caught.value.hint or "")
+    single = running_run(rt, profiles=["h100:8"])  # the h200 nodes are busy
+    assert read(rt, single).nodes == 1
+    with pytest.raises(NotFound, match="it ran on one node"):
+        read(rt, single, node=1)

@@ -17,6 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from starforge.client.sse import parse
+from starforge.contract import logcursor
 from starforge.contract.api import API_PREFIX, StreamEnd, StreamLog, StreamStatus
 from starforge.contract.states import JobStatus
 from starforge.server.app import create_app
@@ -227,3 +228,155 @@ def test_the_follower_cuts_a_long_line_only_between_characters_whatever_the_even
             end = int(event_id.split(":")[1])
             assert content[:end].decode().endswith(p.text)
         assert seen[-1].kind == "end" and seen[-1].id == f"1:{len(content)}"
+
+
+# ---- runs on several nodes ----------------------------------------------------------------------
+
+NODE0 = b"rank 0 starts\nstep 1\nstep 2\nsaved checkpoint-2\n"
+NODE1 = "rank 1 starts\ncaf\u00e9 \u20ac\nNCCL error: unhandled system error\nno newline".encode()
+
+
+def two_node_run(rt: Runtime, node0: bytes = NODE0, node1: bytes = NODE1, end: bool = True) -> str:
+    run_id = running_run(rt, profiles=["h200:16"])
+    first = log_of(rt, run_id)
+    first.write_bytes(node0)
+    (first.parent / "attempt-1.node-1.log").write_bytes(node1)
+    if end:
+        report(rt, run_id, "exited", rank=1, exit_code=1)
+        report(rt, run_id, "exited", rank=0, exit_code=0)
+        assert JobStatus(run_row(rt, run_id).status).is_terminal
+    return run_id
+
+
+def by_node(seen: list[logs.StreamEvent]) -> dict[int, str]:
+    """Each node's text as the stream sent it (labels included), in the order it was sent."""
+    texts: dict[int, str] = {}
+    for e in seen:
+        if isinstance(e.payload, StreamLog):
+            texts[e.payload.node] = texts.get(e.payload.node, "") + e.payload.text
+    return texts
+
+
+def follow_from(
+    rt: Runtime, run_id: str, position: str | None = None, size: int = logs.MAX_EVENT_BYTES
+) -> list[logs.StreamEvent]:
+    start = logcursor.parse(position) if position else logcursor.LogPosition(1)
+
+    async def follow() -> list[logs.StreamEvent]:
+        follower = logs.Follower(
+            rt, "alice", run_id, start.attempt, start.offsets, max_event_bytes=size
+        )
+        return [e async for e in follower.events()]
+
+    return asyncio.run(follow())
+
+
+def test_a_two_node_runs_stream_labels_node_1s_lines_and_its_ids_carry_both_offsets(
+    client: TestClient,
+) -> None:
+    run_id = two_node_run(runtime(client))
+    got = events(client, run_id)
+    assert text(got) == (
+        NODE0.decode() + "[node 1] rank 1 starts\n[node 1] caf\u00e9 \u20ac\n"
+        "[node 1] NCCL error: unhandled system error\n[node 1] no newline\n"
+    )
+    assert [(d["node"], i) for k, d, i in got if k == "log"] == [
+        (0, f"1:{len(NODE0)},0"),
+        (1, f"1:{len(NODE0)},{len(NODE1)}"),
+    ]
+    assert got[-1][0] == "end" and got[-1][2] == f"1:{len(NODE0)},{len(NODE1)}"
+
+
+def test_resuming_a_two_node_stream_after_any_event_neither_repeats_nor_drops_a_line(
+    rt: Runtime,
+) -> None:
+    run_id = two_node_run(rt)
+    whole = {0: NODE0.decode(), 1: logcursor.label(NODE1.decode() + "\n", 1)}
+    for size in (5, 9, 64):  # events that cut lines (and characters) at many places
+        seen = follow_from(rt, run_id, size=size)
+        assert by_node(seen) == whole, size
+        cuts = [i for i, e in enumerate(seen) if e.id is not None]
+        for i in cuts:  # a client that saw events up to i reconnects with i's id
+            resumed = follow_from(rt, run_id, seen[i].id, size=size)
+            before, after = by_node(seen[: i + 1]), by_node(resumed)
+            for node, expected in whole.items():
+                assert before.get(node, "") + after.get(node, "") == expected, (size, i)
+            assert resumed[-1].kind == "end" and resumed[-1].id == seen[-1].id
+
+
+def test_an_id_of_one_offset_resumes_node_0_there_and_the_other_nodes_from_their_start(
+    client: TestClient,
+) -> None:
+    # What a client sends that saw this run before its server labelled nodes (or ?from=1:N).
+    run_id = two_node_run(runtime(client))
+    got = events(client, run_id, headers={"Last-Event-ID": "1:14"})
+    assert text(got).startswith("step 1\nstep 2\nsaved checkpoint-2\n[node 1] rank 1 starts\n")
+    assert got[-1][2] == f"1:{len(NODE0)},{len(NODE1)}"
+
+
+def test_following_one_node_sends_its_lines_alone_and_unlabelled(client: TestClient) -> None:
+    run_id = two_node_run(runtime(client))
+    got = events(client, run_id, node=1)
+    assert text(got) == NODE1.decode()
+    assert got[-1][2] == f"1:0,{len(NODE1)}"
+    assert text(events(client, run_id, node=1, tail=1)) == "no newline"
+    assert text(events(client, run_id, node=0, tail=2)) == "step 2\nsaved checkpoint-2\n"
+    missing = client.get(f"/runs/{run_id}/logs/stream", headers=ALICE, params={"node": 2})
+    assert missing.status_code == 404 and "--node" in missing.json()["hint"]
+
+
+def test_a_tail_of_a_two_node_run_is_the_last_lines_of_each_node(client: TestClient) -> None:
+    run_id = two_node_run(runtime(client))
+    assert text(events(client, run_id, tail=1)) == ("saved checkpoint-2\n[node 1] no newline\n")
+
+
+def test_a_live_two_node_stream_sends_each_nodes_lines_as_they_come_labelled(
+    rt: Runtime,
+) -> None:
+    run_id = two_node_run(rt, b"", b"", end=False)
+    first = log_of(rt, run_id)
+    second = first.parent / "attempt-1.node-1.log"
+
+    async def scenario() -> list[logs.StreamEvent]:
+        gen = logs.Follower(rt, "alice", run_id, 1, 0).events()
+        seen = [await anext(gen)]  # the status
+        second.write_bytes(b"rank 1 up\nhalf")
+        seen.append(await asyncio.wait_for(anext(gen), 30))
+        first.write_bytes(b"rank 0 up\n")
+        seen.append(await asyncio.wait_for(anext(gen), 30))
+        with second.open("ab") as fh:
+            fh.write(b" a line\n")
+        seen.append(await asyncio.wait_for(anext(gen), 30))
+        await asyncio.to_thread(report, rt, run_id, "exited", rank=1, exit_code=0)
+        await asyncio.to_thread(report, rt, run_id, "exited", rank=0, exit_code=0)
+        return seen + [e async for e in gen]
+
+    seen = asyncio.run(scenario())
+    logged = [
+        (e.payload.node, e.payload.text, e.id) for e in seen if isinstance(e.payload, StreamLog)
+    ]
+    assert logged == [
+        (1, "[node 1] rank 1 up\n", "1:0,10"),
+        (0, "rank 0 up\n", "1:10,10"),
+        (1, "[node 1] half a line\n", "1:10,22"),
+    ]
+    assert seen[-1].kind == "end" and seen[-1].id == "1:10,22"
+
+
+def test_a_retried_two_node_runs_next_attempt_starts_every_node_at_zero(
+    client: TestClient,
+) -> None:
+    rt = runtime(client)
+    run_id = two_node_run(rt)
+    force(rt, run_id, JobStatus.QUEUED)
+    assert run_id in schedule(rt)
+    for rank in (1, 0):
+        report(rt, run_id, "exited", attempt=2, rank=rank, exit_code=0)
+    log_of(rt, run_id, 2).parent.joinpath("attempt-2.node-1.log").write_bytes(b"again\n")
+    got = events(client, run_id, headers={"Last-Event-ID": f"1:{len(NODE0)},{len(NODE1)}"})
+    assert [(k, i) for k, _, i in got if k != "status"] == [
+        ("attempt", "2:0,0"),
+        ("log", "2:0,6"),
+        ("end", "2:0,6"),
+    ]
+    assert text(got) == "[node 1] again\n"

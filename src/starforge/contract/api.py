@@ -183,11 +183,13 @@ class ActionResult(Contract):
 
 class LogChunk(Contract):
     attempt: int
-    offset: int  # byte offset of the next chunk in this attempt's log
+    offset: int  # byte offset of the next chunk in this node's log of the attempt
     data: str
-    final: bool  # the run ended and every byte of its last attempt has been sent
+    final: bool  # the run ended and every byte of this node's log of its last attempt was sent
     status: JobStatus
     attempts: int = 1
+    node: int = 0  # whose log this is (a server from before multi-node logs sent node 0's)
+    nodes: int = 1  # how many nodes the attempt has (each has its own log)
 
 
 class LifecycleEvent(Contract):
@@ -317,8 +319,9 @@ class ArtifactList(Contract):
 
 
 # ---- Server-Sent Events of ``GET /runs/{ref}/logs/stream`` --------------------------------------
-# Each event's ``id`` is ``<attempt>:<byte offset>`` after it, so a client that reconnects with
-# ``Last-Event-ID`` resumes exactly there. Its ``data`` is the JSON of the model named below.
+# Each event's ``id`` is the position after it, ``<attempt>:<byte offset>[,<offset of node 1>…]``
+# (one offset per node; contract.logcursor), so a client that reconnects with ``Last-Event-ID``
+# resumes exactly there. Its ``data`` is the JSON of the model named below.
 
 SSE_LOG = "log"  # StreamLog
 SSE_ATTEMPT = "attempt"  # StreamAttempt: a new attempt's log starts
@@ -327,10 +330,12 @@ SSE_END = "end"  # StreamEnd: the run ended, all bytes sent
 
 
 class StreamLog(Contract):
-    """Whole lines of an attempt's log (a line longer than one event is cut)."""
+    """Whole lines of one node's log of an attempt (a line longer than one event is cut); a
+    node r > 0's lines come labelled ``[node r]`` unless the stream follows that node alone."""
 
     attempt: int
     text: str
+    node: int = 0
 
 
 class StreamAttempt(Contract):

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 from fastapi import APIRouter, Query, Response
 
 from starforge.contract.api import (
+    INT32_MAX,
     ActionResult,
     LogChunk,
     RunList,
@@ -90,5 +91,10 @@ async def run_logs(
     offset: Annotated[int, Query(ge=0)] = 0,
     wait: Annotated[float, Query(ge=0)] = 0.0,
     tail: Annotated[int | None, Query(ge=0)] = None,
+    node: Annotated[int, Query(ge=0, le=INT32_MAX)] = 0,
 ) -> LogChunk:
-    return await logs.read(rt, user, ref, attempt=attempt, offset=offset, wait=wait, tail=tail)
+    """A chunk of one node's log (node 0's by default); the answer says how many nodes the
+    attempt has, so a client reads each node's log in turn."""
+    return await logs.read(
+        rt, user, ref, attempt=attempt, offset=offset, wait=wait, tail=tail, node=node
+    )

@@ -2,8 +2,8 @@
 
 The stream itself (which events, in what order, where it resumes) is
 :class:`starforge.server.services.logs.Follower`; this router only finds where to start (by
-``Last-Event-ID``, ``?from=`` or ``?tail=N``) and writes each typed event as SSE, with keep-alive
-comments every ``PING_S`` seconds while nothing else goes out.
+``Last-Event-ID``, ``?from=`` or ``?tail=N``; ``?node=R`` follows one node alone) and writes each
+typed event as SSE, with keep-alive comments every ``PING_S`` seconds while nothing else goes out.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from starforge.contract.api import SSE_STATUS
+from starforge.contract.api import INT32_MAX, SSE_STATUS
 from starforge.server.api.authz import ReadRun
 from starforge.server.api.deps import RuntimeDep
 from starforge.server.services import logs
@@ -40,10 +40,13 @@ async def stream_logs(
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
     from_: Annotated[str | None, Query(alias="from")] = None,
     tail: Annotated[int | None, Query(ge=0)] = None,
+    node: Annotated[int | None, Query(ge=0, le=INT32_MAX)] = None,
 ) -> EventSourceResponse:
-    """Follow a run's log as Server-Sent Events until the run ends."""
-    target, attempt, offset = await logs.start_position(rt, user, ref, last_event_id or from_, tail)
-    follower = logs.Follower(rt, user, target.run_id, attempt, offset)
+    """Follow a run's log as Server-Sent Events until the run ends: every node's lines (node r >
+    0's labelled ``[node r]``), or ``node``'s alone."""
+    position = last_event_id or from_
+    target, start = await logs.start_position(rt, user, ref, position, tail, node)
+    follower = logs.Follower(rt, user, target.run_id, start.attempt, start.offsets, node=node)
     return EventSourceResponse(
         _sse(follower.events()),
         ping=PING_S,
