@@ -13,15 +13,17 @@ from starforge.cli.fastpath import Fallback, _response, parse
 @pytest.mark.parametrize(
     ("argv", "parsed"),
     [
-        (["job", "logs", "r-7f3a", "-n", "5", "--no-follow"], ("r-7f3a", 5)),
-        (["job", "logs", "--no-follow", "-n5", "r-7f"], ("r-7f", 5)),
-        (["job", "logs", "r-7f3a", "--tail=12", "--no-follow"], ("r-7f3a", 12)),
-        (["job", "logs", "--tail", "3", "--no-follow"], (None, 3)),
-        (["job", "logs", "r-7f3a", "--no-follow"], ("r-7f3a", 2000)),  # the command's default
+        (["job", "logs", "r-7f3a", "-n", "5", "--no-follow"], ("r-7f3a", 5, None)),
+        (["job", "logs", "--no-follow", "-n5", "r-7f"], ("r-7f", 5, None)),
+        (["job", "logs", "r-7f3a", "--tail=12", "--no-follow"], ("r-7f3a", 12, None)),
+        (["job", "logs", "--tail", "3", "--no-follow"], (None, 3, None)),
+        (["job", "logs", "r-7f3a", "--no-follow"], ("r-7f3a", 2000, None)),  # the default
+        (["job", "logs", "r-7f3a", "--node", "1", "--no-follow"], ("r-7f3a", 2000, 1)),
+        (["job", "logs", "--node=0", "-n", "3", "--no-follow"], (None, 3, 0)),
     ],
 )
 def test_the_fast_path_takes_a_plain_no_follow_tail(
-    argv: list[str], parsed: tuple[str | None, int]
+    argv: list[str], parsed: tuple[str | None, int, int | None]
 ) -> None:
     assert parse(argv) == parsed
 
@@ -40,6 +42,11 @@ def test_the_fast_path_takes_a_plain_no_follow_tail(
         ["job", "logs", "r/../x", "--no-follow"],
         ["job", "logs", "", "--no-follow"],  # the full command's own usage error
         ["job", "logs", "r-7f3a", "--no-follow", "--no-follow"],
+        ["job", "logs", "r-7f3a", "--node", "-1", "--no-follow"],
+        ["job", "logs", "r-7f3a", "--node", "01", "--no-follow"],
+        ["job", "logs", "r-7f3a", "--node", "1", "--node", "2", "--no-follow"],
+        ["job", "logs", "r-7f3a", "--no-follow", "--node"],
+        ["job", "logs", "r-7f3a", "--node", "1"],  # following one node: the full command's
         ["job", "logs", "r-7f3a", "--no-follow", "--help"],
         ["job", "status", "r-7f3a"],
     ],

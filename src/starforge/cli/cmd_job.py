@@ -227,36 +227,64 @@ def logs(
         typer.Option(
             "-n",
             "--tail",
-            help="Lines of history to print first; 0 prints every attempt's whole log.",
+            help="Lines of history to print first (of each node); 0 prints every attempt's "
+            "whole log.",
         ),
     ] = 2000,
     no_follow: Annotated[
         bool,
         typer.Option("--no-follow", help="Print and exit instead of following until the run ends."),
     ] = False,
+    node: Annotated[
+        int | None,
+        typer.Option(
+            "--node",
+            min=0,
+            metavar="RANK",
+            help="Only this node's log (0 is the first), unlabelled. Default: every node's, "
+            "node r > 0's lines labelled [node r].",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Print a run's log and follow it until the run ends.
 
-    Examples: sf job logs · sf job logs r-7f3a -n 0 --no-follow
+    A run on several nodes shows every node's lines, each line of node r > 0 labelled
+    `[node r]`; --node R shows node R's alone.
+
+    Examples: sf job logs · sf job logs r-7f3a -n 0 --no-follow · sf job logs r-7f3a --node 1
     """
     from starforge.cli import logs as log_view
     from starforge.cli.connect import connect
-    from starforge.cli.logtail import read_attempt
 
     out.set_json(json_out)
     with connect() as client:
         view = resolve(client, run)
         if json_out:
-            text = []
-            for a in view.attempts:
-                chunk_text, _, _ = read_attempt(client, view.run_id, a.number)
-                text.append({"attempt": a.number, "log": chunk_text})
-            out.data({"run_id": view.run_id, "status": view.status, "attempts": text})
+            out.data(_logs_json(client, view, node))
             return
-        final = log_view.tail_and_follow(client, view, lines, follow=not no_follow)
+        final = log_view.tail_and_follow(client, view, lines, follow=not no_follow, node=node)
     if not no_follow:
         out.info(f"run {view.run_id} {status_text(final)}")
+
+
+def _logs_json(client: Client, view: RunView, node: int | None) -> dict[str, object]:
+    """Every attempt's log: ``log`` as ``sf job logs -n 0`` prints it (every node's, labelled,
+    or ``node``'s), and ``nodes``: each node's own text, unlabelled."""
+    from starforge.cli.logtail import node_texts, read_attempt
+    from starforge.contract.logcursor import merge
+
+    attempts = []
+    for a in view.attempts:
+        if node is None:
+            texts = dict(enumerate(node_texts(client, view.run_id, a.number)))
+            log = merge(list(texts.values()))
+        else:
+            texts = {node: read_attempt(client, view.run_id, a.number, node=node)[0]}
+            log = texts[node]
+        nodes = [{"node": r, "log": t} for r, t in texts.items()]
+        attempts.append({"attempt": a.number, "log": log, "nodes": nodes})
+    return {"run_id": view.run_id, "status": view.status, "attempts": attempts}
 
 
 @app.command()

@@ -6,13 +6,15 @@ second importing the CLI framework, the models and the HTTP client. So :func:`st
 tries this module first, before importing anything else, and it handles exactly one strict
 grammar, with the standard library only:
 
-    sf job logs [RUN] [-n N | --tail N | -nN | --tail=N] --no-follow   (N >= 1; RUN: [A-Za-z0-9._-])
+    sf job logs [RUN] [-n N | --tail N | -nN | --tail=N] [--node R | --node=R] --no-follow
+                                                (N >= 1; R >= 0; RUN: [A-Za-z0-9._-])
 
 It finds the server with :func:`starforge.client.config.find_server` (the normal path's own
 order: environment, ``sf login``, the embedded server), sends the same requests as the full
 command (``GET /runs/RUN``, or ``GET /runs?limit=1`` first without RUN, then the JSON log
-endpoint through :func:`starforge.cli.logtail.read_attempt`) with the same client version header
-and bearer token, and returns the same text (:func:`starforge.cli.logtail.last_lines`). The
+endpoint through :func:`starforge.cli.logtail.attempt_text`: node 0's, then each other node's
+of a multi-node attempt) with the same client version header and bearer token, and returns the
+same text (every node's last lines, labelled, or ``--node R``'s alone). The
 embedded server is not health-checked first, as the full command does: a server that does not
 answer is a failed connection, hence a fallback, and the full command checks and starts it.
 
@@ -35,7 +37,7 @@ import socket
 import urllib.parse
 
 from starforge import __version__
-from starforge.cli.logtail import last_lines, read_attempt
+from starforge.cli.logtail import attempt_text
 from starforge.client import config
 from starforge.contract.wire import API_PREFIX, CLIENT_VERSION_HEADER
 
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
 TIMEOUT_S = 30.0  # the full client's read timeout
 _REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _COUNT = re.compile(r"[1-9][0-9]{0,8}")
+_RANK = re.compile(r"0|[1-9][0-9]{0,8}")
 _LINE_MAX = 65536
 # httpx sends through a proxy these name (trust_env); this module does not imitate proxies.
 _PROXY_ENV = {"http_proxy", "https_proxy", "all_proxy"}
@@ -61,28 +64,35 @@ def job_logs(argv: list[str]) -> str | None:
     parsed = parse(argv)
     if parsed is None or any(k.lower() in _PROXY_ENV for k in os.environ):
         return None
-    ref, lines = parsed
+    ref, lines, node = parsed
     server = config.find_server()
     if server is None:  # nothing running: the full command starts the embedded server
         return None
     try:
         with Wire(server.url, server.token) as wire:
-            return tail_text(wire, ref, lines)
+            return tail_text(wire, ref, lines, node)
     except (Fallback, OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def parse(argv: list[str]) -> tuple[str | None, int] | None:
-    """(RUN or None for the latest run, N) for the grammar in the module's docstring; else None."""
+def parse(argv: list[str]) -> tuple[str | None, int, int | None] | None:
+    """(RUN or None for the latest run, N, R or None for every node) for the grammar in the
+    module's docstring; else None."""
     if argv[:2] != ["job", "logs"]:
         return None
     ref: str | None = None
+    node: int | None = None
     lines, no_follow, rest = 2000, False, list(argv[2:])  # 2000: the command's default
     while rest:
         token = rest.pop(0)
         value: str | None = None
         if token == "--no-follow" and not no_follow:
             no_follow = True
+        elif token == "--node" or token.startswith("--node="):
+            rank = rest.pop(0) if token == "--node" and rest else token.removeprefix("--node=")
+            if node is not None or not _RANK.fullmatch(rank):
+                return None
+            node = int(rank)
         elif token in ("-n", "--tail") and rest:
             value = rest.pop(0)
         elif token.startswith("--tail="):
@@ -97,11 +107,12 @@ def parse(argv: list[str]) -> tuple[str | None, int] | None:
             if not _COUNT.fullmatch(value):
                 return None
             lines = int(value)
-    return (ref, lines) if no_follow else None
+    return (ref, lines, node) if no_follow else None
 
 
-def tail_text(wire: Wire, ref: str | None, lines: int) -> str:
-    """The last ``lines`` lines of the run's current attempt, as the full command prints them."""
+def tail_text(wire: Wire, ref: str | None, lines: int, node: int | None = None) -> str:
+    """The last ``lines`` lines of the run's current attempt (of each node, or of ``node``), as
+    the full command prints them."""
     if ref is None:
         runs = wire.get_json("/runs", {"limit": 1})["runs"]
         if not runs:
@@ -114,8 +125,7 @@ def tail_text(wire: Wire, ref: str | None, lines: int) -> str:
     run_id, number = _checked_ref(view["run_id"]), attempts[-1]["number"]
     if type(number) is not int:
         raise Fallback(f"unexpected attempt number {number!r}")
-    text, _, _ = read_attempt(wire, run_id, number, tail=lines)
-    return last_lines(text, lines)
+    return attempt_text(wire, run_id, number, tail=lines, node=node)
 
 
 def _checked_ref(value: object) -> str:
@@ -127,13 +137,17 @@ def _checked_ref(value: object) -> str:
 class Chunk:
     """One answer of the log endpoint: the fields :func:`read_attempt` reads."""
 
-    __slots__ = ("data", "final", "offset")
+    __slots__ = ("data", "final", "node", "nodes", "offset")
 
     def __init__(self, body: dict[str, Any]) -> None:
         self.data, self.offset, self.final = body["data"], body["offset"], body["final"]
+        # A server from before multi-node logs sends neither: node 0's log of a one-node attempt.
+        self.node, self.nodes = body.get("node", 0), body.get("nodes", 1)
         if not (isinstance(self.data, str) and type(self.offset) is int):
             raise Fallback("unexpected log chunk")
         if not isinstance(self.final, bool):
+            raise Fallback("unexpected log chunk")
+        if type(self.node) is not int or type(self.nodes) is not int or self.nodes < 1:
             raise Fallback("unexpected log chunk")
 
 
@@ -199,12 +213,23 @@ class Wire:
         return data
 
     def logs(
-        self, run_id: str, *, attempt: int | None = None, offset: int = 0, tail: int | None = None
+        self,
+        run_id: str,
+        *,
+        attempt: int | None = None,
+        offset: int = 0,
+        tail: int | None = None,
+        node: int | None = None,
     ) -> Chunk:
-        """The full client's ``logs()``: the same query, ``wait=0`` included."""
-        params = {"attempt": attempt, "offset": offset, "wait": 0, "tail": tail}
+        """The full client's ``logs()``: the same query, ``wait=0`` included; a server that
+        answers another node than asked for (one from before multi-node logs) is a fallback,
+        and the full command says so."""
+        params = {"attempt": attempt, "offset": offset, "wait": 0, "tail": tail, "node": node}
         query = {k: v for k, v in params.items() if v is not None}
-        return Chunk(self.get_json(f"/runs/{run_id}/logs", query))
+        chunk = Chunk(self.get_json(f"/runs/{run_id}/logs", query))
+        if node is not None and chunk.node != node:
+            raise Fallback(f"asked for node {node}'s log, got node {chunk.node}'s")
+        return chunk
 
 
 def _response(reader: BinaryIO) -> tuple[int, dict[str, str], bytes]:

@@ -19,7 +19,7 @@ from starforge import __version__
 from starforge.client.sse import EventStream
 from starforge.contract import api, blobbatch
 from starforge.contract.base import Contract
-from starforge.contract.errors import ServerError, ServerUnreachable, from_wire
+from starforge.contract.errors import ServerError, ServerUnreachable, UsageError, from_wire
 
 # Users, images and sweeps are imported by the methods that need them: `sweeps` alone pulls in
 # params, config and yaml, which `sf job logs` and `sf submit` never use.
@@ -181,16 +181,25 @@ class Client:
         offset: int = 0,
         wait: float = 0,
         tail: int | None = None,
+        node: int | None = None,
     ) -> api.LogChunk:
-        """A chunk of an attempt's log from ``offset``, or (``tail``) from its last lines."""
-        params = {"attempt": attempt, "offset": offset, "wait": wait, "tail": tail}
+        """A chunk of one node's log of an attempt (node 0's unless ``node``) from ``offset``,
+        or (``tail``) from its last lines; the chunk says how many nodes the attempt has."""
+        params = {"attempt": attempt, "offset": offset, "wait": wait, "tail": tail, "node": node}
         response = self._send(
             "GET",
             f"/runs/{run_id}/logs",
             params={k: v for k, v in params.items() if v is not None},
             timeout=httpx.Timeout(wait + 30.0, connect=5.0),
         )
-        return api.LogChunk.read(response.content)
+        chunk = api.LogChunk.read(response.content)
+        if node is not None and chunk.node != node:  # a server from before multi-node logs
+            raise UsageError(
+                f"the server at {self.base_url} cannot read node {node}'s log (it answered with "
+                f"node {chunk.node}'s)",
+                hint="upgrade the server, or omit --node to read node 0's log",
+            )
+        return chunk
 
     def lifecycle(self, run_id: str, event: api.LifecycleEvent) -> bool:
         """Report a runner event; False when the server ignored it (the attempt is over)."""
@@ -235,13 +244,20 @@ class Client:
         return self._get(f"/runs/{ref}/artifacts", api.ArtifactList)
 
     def stream_logs(
-        self, run_id: str, *, tail: int | None = None, start: str | None = None
+        self,
+        run_id: str,
+        *,
+        tail: int | None = None,
+        start: str | None = None,
+        node: int | None = None,
     ) -> EventStream:
-        """The run's log as Server-Sent Events from ``start`` (``ATTEMPT:OFFSET``), or its last
-        ``tail`` lines, or its beginning; it reconnects by itself after a drop."""
-        return EventStream(
-            self._http, f"/runs/{run_id}/logs/stream", params={"tail": tail}, last_event_id=start
-        )
+        """The run's log as Server-Sent Events from ``start`` (an event id: ``ATTEMPT:OFFSET``,
+        one offset per node), or each node's last ``tail`` lines, or its beginning: every node's
+        lines (node r > 0's labelled ``[node r]``), or ``node``'s alone. It reconnects by itself
+        after a drop and resumes after the last event it yielded."""
+        params = {"tail": tail, "node": node}
+        path = f"/runs/{run_id}/logs/stream"
+        return EventStream(self._http, path, params=params, last_event_id=start)
 
     def console_url(self, run_id: str | None = None, *, sign_in: bool = False) -> str:
         """The web console's page of a run (or its home); ``sign_in`` adds a fresh console token
