@@ -242,7 +242,7 @@ def logs(
             min=0,
             metavar="RANK",
             help="Only this node's log (0 is the first), unlabelled. Default: every node's, "
-            "node r > 0's lines labelled [node r].",
+            "each line of node r > 0 labelled \\[node r].",
         ),
     ] = None,
     json_out: JsonOpt = False,
@@ -250,7 +250,7 @@ def logs(
     """Print a run's log and follow it until the run ends.
 
     A run on several nodes shows every node's lines, each line of node r > 0 labelled
-    `[node r]`; --node R shows node R's alone.
+    \\[node r] (e.g. "\\[node 1] NCCL error: ..."); --node R shows node R's alone.
 
     Examples: sf job logs · sf job logs r-7f3a -n 0 --no-follow · sf job logs r-7f3a --node 1
     """

@@ -409,6 +409,7 @@ function renderArtifacts(list) {
   ) + (list.truncated ? `<p class="muted">(first ${list.files.length} files)</p>` : "");
 }
 
+// The live log of every node: the stream labels node r > 0's lines "[node r] " itself.
 function startLog(runId) {
   const pre = document.getElementById("log");
   const live = document.getElementById("live");
