@@ -266,13 +266,19 @@ def test_grpo_on_one_node_is_the_plain_upstream_command(tmp_path: Path) -> None:
 def test_sft_runs_torchrun_on_every_node_with_its_rank(tmp_path: Path) -> None:
     plan = compiled("verl/sft", tmp_path, node_rank=1)
 
+    assert plan.launcher == "torchrun"  # the runner hands SIGTERM to its ranks
     assert plan.argv == [
+        "sh",
+        "-c",
+        'trap "" TERM; exec "$@"',
+        "torchrun",
         "torchrun",
         "--nnodes=2",
-        "--nproc_per_node=8",
         "--node_rank=1",
+        "--nproc_per_node=8",
         "--master_addr=10.0.0.1",
         "--master_port=29500",
+        "--signals_to_handle=SIGINT,SIGHUP,SIGQUIT",
         "-m",
         "verl.trainer.sft_trainer",
         "data.train_batch_size=128",

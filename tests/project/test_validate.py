@@ -62,7 +62,7 @@ def test_checks_use_the_profiles_data_parallel_size(new_lab: Callable[..., Lab])
         "per_device_eval_batch_size=2",
     ]
     validate(lab, exp, sets, pools=pools)  # 2 x 3 GPUs = 6: fits
-    with pytest.raises(BatchValidation, match=r"processes \(1\)"):
+    with pytest.raises(BatchValidation, match=r"processes \(1 without a profile\)"):
         validate(lab, exp, sets)  # unknown profile: one process, 2 is not a multiple of 6
 
 

@@ -78,8 +78,27 @@ def test_gpus_listed_by_nvidia_smi_make_one_node(
         return subprocess.CompletedProcess([], 0, stdout="NVIDIA H200\nNVIDIA H200\n")
 
     monkeypatch.setattr(settings_mod.subprocess, "run", fake_run)
-    (node,) = load_settings(tmp_path).nodes
+    loaded = load_settings(tmp_path)
+    (node,) = loaded.nodes
     assert (node.series, node.gpus) == ("h200", 2)
+    # One training process per GPU: the profiles say nothing else.
+    assert not loaded.jobs_on_cpu
+    assert {p.processes_per_node for p in loaded.profiles} == {None}
+
+
+def test_without_gpus_jobs_run_on_the_cpu_with_the_configured_processes_per_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(settings_mod.shutil, "which", lambda _: None)
+    (tmp_path / "server.yaml").write_text("cpu_processes_per_node: 2\n")
+    loaded = load_settings(tmp_path)
+    assert loaded.jobs_on_cpu
+    # Published with the profiles, so the client's checks and --dry-run count 2 per node.
+    assert {p.name: p.processes_per_node for p in loaded.profiles} == {"h200": 2, "h100": 2}
+    (tmp_path / "server.yaml").write_text("devices: gpu\n")
+    assert {p.processes_per_node for p in load_settings(tmp_path).profiles} == {None}
+    (tmp_path / "server.yaml").write_text("executor: slurm\n")
+    assert not load_settings(tmp_path).jobs_on_cpu  # a Slurm server's host is not its nodes
 
 
 @pytest.mark.parametrize(

@@ -215,8 +215,13 @@ def prepare(opts: SubmitOptions) -> Prepared:
     exp = experiments.load_experiment(lab, opts.experiment)
     requests = profile_grammar.parse_profile_args(opts.profiles)
     init_from = lineage.parse_init_from(opts.init_from) if opts.init_from else None
-    validated = validate(
-        lab, exp, opts.sets, framework_version=opts.framework_version, strict=not opts.no_validate
+    validated = validate(  # the framework checks run with the profile (resolve_profiles)
+        lab,
+        exp,
+        opts.sets,
+        framework_version=opts.framework_version,
+        strict=not opts.no_validate,
+        checks=False,
     )
     warnings += validated.warnings
     method = validated.method

@@ -73,8 +73,11 @@ def validate(
     pools: list[Pool] | None = None,
     framework_version: str | None = None,
     strict: bool = True,
+    checks: bool = True,
 ) -> Validated:
-    """Validate ``exp`` with the submission's ``-s`` values; ``strict=False`` is --no-validate."""
+    """Validate ``exp`` with the submission's ``-s`` values; ``strict=False`` is --no-validate.
+    ``checks=False`` leaves the framework checks to a caller that runs them once the profile is
+    known (``sf submit``): a rule on the world size cannot be judged without it."""
     status = check_lock(exp, strict=strict)
     assert exp.method is not None and status.method is not None
     method = status.method
@@ -98,6 +101,6 @@ def validate(
         strict=strict,
     )
     result = Validated(exp, method, status, config, hyperparams, warnings)
-    if strict:
+    if strict and checks:
         run_checks(CheckContext(method, result.run_config, pools))
     return result

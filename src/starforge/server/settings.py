@@ -15,7 +15,6 @@ Quotas: ``quota_defaults`` are the limits of every user an admin gave no quota o
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import shutil
@@ -121,7 +120,6 @@ def detect_inventory() -> list[NodeDef]:
     return [NodeDef(name=host, series=series_of(names[0]), gpus=len(names))]
 
 
-@functools.cache
 def gpu_names() -> list[str]:
     """The GPUs ``nvidia-smi`` lists on this host; none without it."""
     exe = shutil.which("nvidia-smi")

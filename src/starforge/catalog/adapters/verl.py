@@ -22,7 +22,12 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from starforge.catalog.adapters.base import CompileContext, LaunchPlan, platform_config
+from starforge.catalog.adapters.base import (
+    CompileContext,
+    LaunchPlan,
+    platform_config,
+    torchrun_argv,
+)
 from starforge.contract.config import flatten, get_path, set_path
 from starforge.contract.env import Binding
 from starforge.contract.errors import ProfileError
@@ -231,16 +236,8 @@ def compile(ctx: CompileContext) -> LaunchPlan:
     args = overrides(config)
     env = dict(ctx.env)
     if entry.launcher == "torchrun":
-        rendezvous = {
-            "nnodes": b.nnodes,
-            "nproc_per_node": b.gpus_per_node,
-            "node_rank": b.node_rank,
-            "master_addr": b.master_addr,
-            "master_port": b.master_port,
-        }
-        flags = [f"--{name}={value}" for name, value in rendezvous.items()]
-        argv = ["torchrun", *flags, "-m", entry.module, *args]
-    else:
-        argv, added = ray_cluster_argv(b, [PYTHON, "-m", entry.module, *args])
-        env.update(added)
+        argv = torchrun_argv(b, ["torchrun"], "-m", entry.module, *args)
+        return LaunchPlan(argv=argv, cwd=ctx.exp_dir, env=env, launcher="torchrun")
+    argv, added = ray_cluster_argv(b, [PYTHON, "-m", entry.module, *args])
+    env.update(added)
     return LaunchPlan(argv=argv, cwd=ctx.exp_dir, env=env)

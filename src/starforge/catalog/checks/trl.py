@@ -21,7 +21,7 @@ def grpo_batch(ctx: CheckContext) -> list[str]:
     # Every node runs one process per GPU (or the server's CPU processes): the world size. With
     # the profile unknown (sf validate), one process.
     processes, how = ctx.processes() or (1, "")
-    world = f"processes ({processes}: {how})" if how else f"processes ({processes})"
+    world = f"processes ({processes}: {how})" if how else "processes (1 without a profile)"
     batch = per_device * processes * steps_per_gen
     if generations and batch % generations:
         problems.append(

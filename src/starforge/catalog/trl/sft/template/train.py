@@ -272,12 +272,11 @@ def main() -> int:
         print("[stopped] before the first step; nothing to save")
         return EXIT_SIGTERM
     if finished:
-        if rank == 0:
-            print(f"[start] {resume} already has all {config.max_steps} steps; exporting it")
+        print(f"[start] {resume} already has all {config.max_steps} steps; exporting it")
         trainer.state = TrainerState.load_from_json(str(Path(resume, "trainer_state.json")))
     else:
-        if rank == 0:
-            print(f"[start] model={model} resume_from={resume or '-'} max_steps={config.max_steps}")
+        # Every rank says where it starts from: all of them from the same checkpoint.
+        print(f"[start] model={model} resume_from={resume or '-'} max_steps={config.max_steps}")
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
 
     if stop.requested:
