@@ -213,6 +213,17 @@ def test_settings_come_from_the_job_environment(tmp_path: Path) -> None:
     assert not Run(Settings.from_env({})).active
 
 
+def test_only_global_rank_0_of_a_distributed_training_reports(tmp_path: Path) -> None:
+    env = {
+        "STARFORGE_ENDPOINT": "http://127.0.0.1:9",
+        "STARFORGE_RUN_ID": "r-0123456789",
+        "STARFORGE_TOKEN": "tok",
+        "FORGE_OUT_DIR": str(tmp_path),
+    }
+    assert Settings.from_env({**env, "RANK": "0", "WORLD_SIZE": "2"}).enabled
+    assert not Settings.from_env({**env, "RANK": "1", "WORLD_SIZE": "2"}).enabled
+
+
 class Unreachable(httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("connection refused", request=request)

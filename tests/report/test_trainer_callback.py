@@ -35,6 +35,7 @@ class Args:
 class State:
     global_step: int = 0
     is_world_process_zero: bool = True
+    log_history: list[dict[str, Any]] = field(default_factory=list)
 
 
 def test_trainer_logs_become_curves_at_the_global_step_and_the_summary_metadata(
@@ -76,3 +77,27 @@ def test_only_the_main_process_reports(server: Server) -> None:
     run.finish()
     assert metrics.series(server.rt, "alice", server.run_id).series == []
     assert metrics.meta(server.rt, "alice", server.run_id).hparams == {}
+
+
+def test_a_resumed_training_sends_its_checkpoints_history_again(server: Server) -> None:
+    """The attempt before died right after logging step 2 (its point never left the process);
+    the checkpoint at step 2 has it in its log history, and the resumed attempt sends it."""
+    from starforge.report import TrainerCallback
+
+    run = server.run()
+    callback = TrainerCallback(run)
+    history = [
+        {"loss": 1.0, "epoch": 0.5, "step": 1},
+        {"loss": 0.5, "epoch": 1.0, "step": 2},
+        {"train_runtime": 9.0, "step": 2},  # an earlier attempt's summary stays metadata
+    ]
+    state = State(global_step=2, log_history=history)
+    callback.on_train_begin(Args(), state, None)
+    state.global_step = 3
+    callback.on_log(Args(), state, None, logs={"loss": 0.25})
+    run.finish()
+    got = {
+        s.key: (s.steps, s.values) for s in metrics.series(server.rt, "alice", server.run_id).series
+    }
+    assert got["loss"] == ([1, 2, 3], [1.0, 0.5, 0.25])
+    assert "train_runtime" not in got

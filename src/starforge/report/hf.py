@@ -3,7 +3,9 @@
 On the main process only (``state.is_world_process_zero``): at the start of training the
 trainer's resolved arguments are recorded as hyperparameters; each ``on_log`` sends the numeric
 values at ``state.global_step`` (so a resumed run re-logs the steps after its checkpoint and
-replaces them); the end-of-training summary (``train_runtime``, ``train_loss``, ...) goes to the
+replaces them), and a resumed run first sends again what its checkpoint's log history holds, so
+the points an attempt logged just before it died (a lost node, a kill) are never missing from the
+curves; the end-of-training summary (``train_runtime``, ``train_loss``, ...) goes to the
 run's metadata instead of becoming one-point curves; the end of training flushes.
 """
 
@@ -43,7 +45,13 @@ class TrainerCallback(_HFCallback):
             params = args.to_dict()
         except Exception:  # a custom args object: keep what is readable
             params = {k: v for k, v in vars(args).items() if not k.startswith("_")}
-        self._session().log_hparams(params)
+        session = self._session()
+        session.log_hparams(params)
+        for entry in state.log_history if state.global_step > 0 else []:
+            step = entry.get("step")
+            values = {k: v for k, v in entry.items() if k != "step" and k not in SUMMARY_KEYS}
+            if isinstance(step, int) and values:
+                session.log(values, step=step)
 
     def on_log(
         self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any
