@@ -9,6 +9,7 @@ import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,7 +60,9 @@ dist.destroy_process_group()
 def server_home(
     slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Path]:
-    with slurm_server(tmp_path_factory.mktemp("sf-slurm"), {}) as home:
+    # The test cluster's GPUs are files: jobs train on the CPU, one process per node.
+    settings = {"devices": "cpu", "cpu_processes_per_node": 1}
+    with slurm_server(tmp_path_factory.mktemp("sf-slurm"), settings) as home:
         yield home
 
 
@@ -207,3 +210,34 @@ def test_the_readmes_tiny_grpo_run_succeeds_through_slurm(
     assert done["status"] == "succeeded"
     [job] = job_ids(done)
     assert slurm_jobs(job)[0]["name"] == f"sf.{done['run_id']}.1"
+
+
+@pytest.mark.training
+def test_a_two_node_trl_grpo_run_is_one_slurm_job_and_one_training(
+    sf: Callable[..., Result], new_lab: Callable[..., Lab]
+) -> None:
+    lab = new_lab()
+    experiments.new_experiment(lab, "g2", "trl/grpo")
+    prepare_experiment(lab.root, "g2")
+    commit_all(lab.root, "add g2")
+    got = sf(
+        "submit", "g2", "--profile", "h200:16", "--model", "models/tiny-llama",
+        "--train-data", "data/train.jsonl", "--validation-data", "data/val.jsonl",
+        "-s", "max_steps=10", "-s", "eval_steps=1000", "--json", cwd=lab.root,
+    )  # fmt: skip
+    assert got.code == 0, got.err + got.out
+    run_id = str(got.json()["run_id"])  # type: ignore[index, call-overload]
+    done = wait_status(sf, run_id, *FINAL, deadline_s=600)
+    logs = [Path(done["run_dir"]) / "logs" / n for n in ("attempt-1.log", "attempt-1.node-1.log")]
+    texts = [p.read_text() for p in logs]
+    assert done["status"] == "succeeded", texts[0][-3000:] + texts[1][-3000:]
+    [job] = job_ids(done)  # one Slurm job over both nodes, srun starting one runner on each
+    record = wait_for(lambda: (r := slurm_jobs(job)[0])["job_state"] in FINAL_STATES and r, "end")
+    assert (record["nodes"], record["job_state"]) == ("h200-[1-2]", "COMPLETED")
+    for rank, text in enumerate(texts):  # torchrun on each node, ranks of one process group
+        assert f"[dist] world_size=2 rank={rank} " in text
+        assert f"--nnodes=2 --node_rank={rank} --nproc_per_node=1" in text
+    body: Any = sf("job", "metrics", run_id, "-k", "reward", "--json").json()
+    [reward] = body["series"]
+    assert reward["steps"] == list(range(1, 11))  # one trajectory: rank 0 reports
+    assert (Path(done["run_dir"]) / "out" / "final" / "config.json").is_file()
