@@ -133,6 +133,9 @@ def test_trl_sft_on_two_nodes_is_one_training_with_the_losses_of_one_process(
     view = view_of(sf, two)
     assert rank_lines(node_log(view, 1, 0)) == ["world_size=2 rank=0"]
     assert rank_lines(node_log(view, 1, 1)) == ["world_size=2 rank=1"]
+    shown = sf("job", "logs", two, "-n", "0", "--no-follow").out  # every node, as a user reads
+    assert "\n[dist] world_size=2 rank=0 " in shown
+    assert "\n[node 1] [dist] world_size=2 rank=1 " in shown
     # Node 1 ran torchrun too, as rank 1 of the same process group: it logs no metrics.
     assert "torch.distributed.run --nnodes=2 --node_rank=1" in node_log(view, 1, 1)
     assert steps_of(node_log(view, 1, 1)) == []
