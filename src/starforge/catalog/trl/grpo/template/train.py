@@ -37,13 +37,14 @@ def fail(message: str) -> NoReturn:
 
 
 def distributed() -> tuple[int, int]:
-    """(global rank, world size) as torchrun set them; (0, 1) for a run of one process. Every
-    rank says them first; a rank of several is tied to its launcher's life."""
+    """(global rank, world size) as torchrun set them; (0, 1) for a run of one process. Each
+    rank of several says them first, and is tied to its launcher's life."""
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-    node = os.environ.get("GROUP_RANK", os.environ.get("NODE_RANK", "0"))
-    local = os.environ.get("LOCAL_RANK", "0")
-    print(f"[dist] world_size={world} rank={rank} local_rank={local} node_rank={node}", flush=True)
     if world > 1:
+        node = os.environ.get("GROUP_RANK", os.environ.get("NODE_RANK", "0"))
+        local = os.environ.get("LOCAL_RANK", "0")
+        print(f"[dist] world_size={world} rank={rank} local_rank={local} node_rank={node}")
+        sys.stdout.flush()
         die_with_launcher()
     return rank, world
 
