@@ -75,6 +75,8 @@ def test_trl_sft_on_two_processes_of_one_node_has_the_losses_of_one_process(
     assert "[dist] world_size=2 rank=0 local_rank=0" in log
     assert "[dist] world_size=2 rank=1 local_rank=1" in log
     assert log.count("[summary] ") == 1  # rank 0 alone writes summary.json and says so
+    shown = " ".join(sf("job", "status", run_id).out.split())  # as wrapped to the terminal
+    assert "pools all: 1 x 8 h200 (2 processes per node)" in shown, shown
     ddp = series(sf, run_id, "loss")
     assert [s for s, _ in ddp] == [1, 2, 3, 4, 5]
 

@@ -128,7 +128,15 @@ def status(run: RunArg = None, json_out: JsonOpt = False) -> None:
     observability_url = view.spec.observability_url if view.spec else ""
     out.data({**view.model_dump(mode="json"), "console_url": console_url})
     end = f" ({view.end_reason}, exit code {view.exit_code})" if view.end_reason else ""
-    pools = ", ".join(f"{p.name}: {p.nodes} x {p.gpus_per_node} {p.series}" for p in view.pools)
+    pools = ", ".join(
+        f"{p.name}: {p.nodes} x {p.gpus_per_node} {p.series}"
+        + (
+            f" ({p.procs_per_node} processes per node)"
+            if p.procs_per_node != p.gpus_per_node
+            else ""
+        )
+        for p in view.pools
+    )
     rows = [
         ("run", view.run_id),
         ("experiment", f"{view.project}/{view.experiment}"),

@@ -42,10 +42,18 @@ def _print_cluster(cluster: ClusterStatus) -> None:
     for p in cluster.profiles:
         nodes = sum(1 for n in cluster.nodes if n.series == p.series and n.gpus >= p.gpus_per_node)
         largest = f"{p.name}:{nodes * p.gpus_per_node}" if nodes else "none fits here"
+        procs = str(p.processes_per_node) if p.processes_per_node else "1 per GPU"
         rows.append(
-            [p.name, p.series, str(p.gpus_per_node), f"{p.nodes} x {p.gpus_per_node}", largest]
+            [
+                p.name,
+                p.series,
+                str(p.gpus_per_node),
+                procs,
+                f"{p.nodes} x {p.gpus_per_node}",
+                largest,
+            ]
         )
-    out.table(["NAME", "SERIES", "GPUS/NODE", "DEFAULT", "LARGEST HERE"], rows)
+    out.table(["NAME", "SERIES", "GPUS/NODE", "PROCESSES/NODE", "DEFAULT", "LARGEST HERE"], rows)
     out.line(f"\n[bold]capacity[/bold] (executor {cluster.executor})")
     out.table(
         ["SERIES", "NODES", "TOTAL", "USED", "FREE"],

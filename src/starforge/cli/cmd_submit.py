@@ -230,9 +230,16 @@ def _print_dry_run(prepared: Prepared, user: str) -> None:
     )
     out.line("\n[bold]pools[/bold]")
     out.table(
-        ["POOL", "ROLES", "SERIES", "NODES", "GPUS/NODE"],
+        ["POOL", "ROLES", "SERIES", "NODES", "GPUS/NODE", "PROCESSES/NODE"],
         [
-            [p["name"], ",".join(p["roles"]), p["series"], str(p["nodes"]), str(p["gpus_per_node"])]
+            [
+                p["name"],
+                ",".join(p["roles"]),
+                p["series"],
+                str(p["nodes"]),
+                str(p["gpus_per_node"]),
+                str(p.get("processes_per_node") or max(p["gpus_per_node"], 1)),
+            ]
             for p in plan["pools"]
         ],
     )
