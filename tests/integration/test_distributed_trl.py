@@ -198,7 +198,7 @@ def test_pause_and_resume_of_a_two_node_run_resume_every_rank_from_one_checkpoin
     sf: Callable[..., Result], new_lab: Callable[..., Lab]
 ) -> None:
     lab = trl_lab(new_lab, "g3", "trl/grpo")
-    sets = ["-s", "max_steps=40", "-s", "save_steps=5", "-s", "eval_steps=1000"]
+    sets = ["-s", "max_steps=25", "-s", "save_steps=5", "-s", "eval_steps=1000"]
     run_id = submit(sf, lab, "g3", *NODES_2, *GRPO_INPUTS, *sets)
     wait_for_log(sf, run_id, r'\[metrics\] \{"step":12,')
     assert act(sf, "pause", run_id)["status"] == "pausing"
@@ -223,15 +223,15 @@ def test_pause_and_resume_of_a_two_node_run_resume_every_rank_from_one_checkpoin
     assert len(starts) == 2 and all(s.endswith(checkpoint) for s in starts), starts
     one, two = steps_of(node_log(view, 1, 0)), steps_of(node_log(view, 2, 0))
     assert one[:kept] == list(range(1, kept + 1))
-    assert two == list(range(kept + 1, 41))  # the step count goes on
-    assert [s for s, _ in series(sf, run_id, "reward")] == list(range(1, 41))
+    assert two == list(range(kept + 1, 26))  # the step count goes on
+    assert [s for s, _ in series(sf, run_id, "reward")] == list(range(1, 26))
 
 
 def test_kill_9_of_node_1s_runner_retries_every_node_from_the_same_checkpoint(
     sf: Callable[..., Result], new_lab: Callable[..., Lab]
 ) -> None:
     lab = trl_lab(new_lab, "g4", "trl/grpo")
-    sets = ["-s", "max_steps=40", "-s", "save_steps=5", "-s", "eval_steps=1000"]
+    sets = ["-s", "max_steps=25", "-s", "save_steps=5", "-s", "eval_steps=1000"]
     run_id = submit(sf, lab, "g4", *NODES_2, *GRPO_INPUTS, *sets)
     wait_for_log(sf, run_id, r'\[metrics\] \{"step":12,')
     refs = str(view_of(sf, run_id)["attempts"][0]["executor_ref"]).split(",")
@@ -251,5 +251,21 @@ def test_kill_9_of_node_1s_runner_retries_every_node_from_the_same_checkpoint(
     assert resumed >= 10
     starts = starts_of(node_log(view, 2, 0)) + starts_of(node_log(view, 2, 1))
     assert starts == [second["resumed_from"]] * 2
-    assert steps_of(node_log(view, 2, 0)) == list(range(resumed + 1, 41))
-    assert [s for s, _ in series(sf, run_id, "reward")] == list(range(1, 41))
+    assert steps_of(node_log(view, 2, 0)) == list(range(resumed + 1, 26))
+    assert [s for s, _ in series(sf, run_id, "reward")] == list(range(1, 26))
+
+
+def test_stop_of_a_two_node_run_ends_every_rank_of_every_node(
+    sf: Callable[..., Result], new_lab: Callable[..., Lab]
+) -> None:
+    lab = trl_lab(new_lab, "g5", "trl/grpo")
+    sets = ["-s", "max_steps=400", "-s", "save_steps=100", "-s", "eval_steps=1000"]
+    run_id = submit(sf, lab, "g5", *NODES_2, *GRPO_INPUTS, *sets)
+    wait_for_log(sf, run_id, r'\[metrics\] \{"step":3,')
+    assert len(processes_of(run_id, 1)) >= 4  # a torchrun and a rank on each node, at least
+    act(sf, "stop", run_id)
+    view = wait_for(sf, run_id, FINAL)
+    assert (view["status"], view["end_reason"]) == ("stopped", "stopped_by_user")
+    wait_until(lambda: not processes_of(run_id, 1), "every rank of every node to end")
+    for node in (0, 1):  # each rank heard the stop and said so
+        assert "[signal] SIGTERM: saving checkpoint-" in node_log(view, 1, node)
