@@ -6,6 +6,8 @@ file (``--from-file``); it is never an argument (it would stay in the shell's hi
 ``ps``) and is never printed. ``--lab`` (admins) sets one every user's runs may use; a user's own
 secret of the same name wins. The job reads a secret as the environment variable of its name, or,
 with ``{name: NAME, as: file}`` in the config, from the file whose path is in ``NAME_FILE``.
+A name the platform sets for the job (``FORGE_*``, ``PATH``, ``RANK``, ...) is refused here, before
+the value is read (``contract.secrets.reserved_why``; the server refuses it too).
 """
 
 from __future__ import annotations
@@ -61,14 +63,17 @@ def set_(
     """
     from starforge.cli.connect import connect
     from starforge.client import secrets
-    from starforge.contract.errors import UsageError
-    from starforge.contract.secrets import check_name
+    from starforge.contract.errors import InvalidName, UsageError
+    from starforge.contract.secrets import check_name, reserved_why
 
     out.set_json(json_out)
     try:
         check_name(name)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    reserved = reserved_why(name)
+    if reserved is not None:  # before the value is read: nothing is asked for, nothing sent
+        raise InvalidName(reserved, hint=f"choose a name of your own, e.g. MY_{name}")
     value = read_value(name, from_file)
     with connect() as client:
         info = secrets.set_secret(client, name, value, lab=lab)

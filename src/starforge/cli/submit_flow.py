@@ -45,6 +45,7 @@ from starforge.contract.secrets import (
     SecretRequest,
     merge_requests,
     parse_config_secrets,
+    refuse_reserved,
     request_of,
 )
 from starforge.contract.steps import check_steps
@@ -202,7 +203,12 @@ def requested_secrets(config: dict[str, Any], flags: list[str]) -> list[SecretRe
         from_flags = [request_of(name) for name in flags]
     except ValueError as exc:
         raise UsageError(str(exc), hint="a secret is named like an environment variable") from None
-    return merge_requests(from_config, from_flags)
+    merged = merge_requests(from_config, from_flags)
+    try:
+        refuse_reserved(merged)  # the same rule as admission's
+    except ValueError as exc:
+        raise UsageError(str(exc), hint="rename the secret (`sf secret set MY_NAME`)") from None
+    return merged
 
 
 def prepare(opts: SubmitOptions) -> Prepared:

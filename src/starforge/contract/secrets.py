@@ -7,6 +7,13 @@ when one of its runners starts (``POST /runs/{id}/secrets`` with the runner's to
 environment variable of the secret's name, or (``as: file``) as a file only the job can read whose
 path is in ``<NAME>_FILE``. No response model here carries a value except :class:`RunSecrets`,
 the runner's answer.
+
+A secret may not take a name the platform gives the job (``FORGE_*``, ``STARFORGE_*``, the rank,
+topology and device variables of :mod:`starforge.contract.env` and of ``torchrun``, the ``HF_*``
+the platform sets) nor one the loader or the interpreter reads (``PATH``, ``LD_*``, ``PYTHON*``,
+``HOME``): a secret is put in the job's environment after the platform's variables, so it would
+override them (a secret named ``FORGE_OUT_DIR`` sent a run's output elsewhere). :func:`reserved_why`
+is the one rule; ``sf secret set``, ``POST /secrets`` and admission all ask it.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from enum import StrEnum
+from functools import cache
 from typing import Any
 
 from pydantic import Field, field_validator
@@ -25,6 +33,72 @@ MAX_VALUE_BYTES = 64 << 10  # one secret's value (a token, a key file)
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")  # usable as an environment variable
 FILE_SUFFIX = "_FILE"  # ``as: file``: the job finds the file's path in <NAME>_FILE
 HF_TOKEN = "HF_TOKEN"  # the secret the gated-model preflight uses, when the user has one
+
+
+# torchrun's (torch.distributed.run) variables for each process it starts.
+TORCHRUN_KEYS = frozenset(
+    {
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "GROUP_WORLD_SIZE",
+        "ROLE_RANK",
+        "ROLE_WORLD_SIZE",
+        "ROLE_NAME",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    }
+)
+LOADER_KEYS = frozenset({"PATH", "HOME"})  # with every LD_* and PYTHON* (the prefixes below)
+RESERVED_PREFIXES = ("FORGE_", "STARFORGE_", "MASTER_", "TORCHELASTIC_", "LD_", "PYTHON")
+
+
+@cache
+def reserved_names() -> frozenset[str]:
+    """Every name the platform sets for a job (contract.env's, read when first asked: env imports
+    jobspec, which imports this module), torchrun's, and the loader's."""
+    from starforge.contract.env import KNOWN_KEYS, PER_NODE_KEYS
+
+    return frozenset(KNOWN_KEYS) | PER_NODE_KEYS | TORCHRUN_KEYS | LOADER_KEYS
+
+
+@cache
+def reserved_list() -> str:
+    """What every refusal names: the prefixes, then the names no prefix covers."""
+    return ", ".join(
+        [f"{p}*" for p in RESERVED_PREFIXES]
+        + sorted(n for n in reserved_names() if not n.startswith(RESERVED_PREFIXES))
+    )
+
+
+def reserved_why(name: str, mount: str = "env") -> str | None:
+    """Why a secret called ``name`` (received ``as: mount``) may not be: the variable of the
+    job it would take over (``NAME``, or ``NAME_FILE`` for a file), else None. Case-sensitive,
+    as environment variables are."""
+    for var in (name, name + FILE_SUFFIX) if mount == "file" else (name,):
+        if var in reserved_names() or var.startswith(RESERVED_PREFIXES):
+            return (
+                f"secret name {name!r} is reserved: the job's {var} is the platform's "
+                f"(reserved: {reserved_list()})"
+            )
+    return None
+
+
+def reserved_in(requests: list[SecretRequest]) -> list[str]:
+    """The names among ``requests`` that :func:`reserved_why` refuses, in order."""
+    return [r.name for r in requests if reserved_why(r.name, r.mount.value) is not None]
+
+
+def refuse_reserved(requests: list[SecretRequest]) -> None:
+    """ValueError naming every reserved name ``requests`` asks for and the reserved list."""
+    bad = reserved_in(requests)
+    if bad:
+        raise ValueError(
+            f"secret name(s) reserved for the platform: {', '.join(bad)} (the job's "
+            f"environment has them from the platform; reserved: {reserved_list()})"
+        )
 
 
 def check_name(name: str) -> str:

@@ -7,6 +7,10 @@ Invariants:
   and only the secrets that run asked for. Nothing else returns, logs or stores a value.
 - A user manages their own secrets; only an admin sets or removes lab-wide ones. A user's runs
   may use their own secrets and the lab's (their own of the same name wins); never another user's.
+- No secret takes a name the platform sets for the job (``contract.secrets.reserved_why``):
+  :func:`put` refuses one, admission refuses a run asking for one (by ``--secret`` or through the
+  config, ``as: file`` too), and :func:`for_runner` never hands one out (a run admitted before
+  the rule).
 - Admission (:func:`admit_secrets`) rejects a run that asks for a secret its user cannot use,
   naming it, before anything is created; it also runs the gated-model preflight with the user's
   ``HF_TOKEN`` (``services/hub_preflight``).
@@ -21,7 +25,13 @@ from sqlalchemy import bindparam, or_, select
 from sqlalchemy.orm import Session
 
 from starforge.contract.auth import Role
-from starforge.contract.errors import Forbidden, Rejected, RunNotFound, UsageError
+from starforge.contract.errors import (
+    Forbidden,
+    InvalidName,
+    Rejected,
+    RunNotFound,
+    UsageError,
+)
 from starforge.contract.jobspec import JobSpec
 from starforge.contract.secrets import (
     HF_TOKEN,
@@ -36,6 +46,9 @@ from starforge.contract.secrets import (
     SecretValue,
     merge_requests,
     parse_config_secrets,
+    reserved_in,
+    reserved_list,
+    reserved_why,
 )
 from starforge.contract.states import JobStatus
 from starforge.server.db.models import Run, utcnow
@@ -85,6 +98,13 @@ def _find(session: Session, scope: Scope, owner: str, name: str) -> Secret | Non
 
 def put(rt: Runtime, session: Session, caller: Caller, body: SecretSet) -> SecretInfo:
     """Set or replace ``body.name`` (the caller's own, or the lab's with ``lab``)."""
+    reserved = reserved_why(body.name)
+    if reserved is not None:
+        raise InvalidName(
+            reserved,
+            hint=f"choose a name of your own, e.g. MY_{body.name}",
+            details={"name": body.name, "reserved": reserved_list()},
+        )
     scope, owner = _scope_of(caller, body.lab, "set")
     ring = secret_keys.load(rt.settings.server_dir)
     row = _find(session, scope, owner, body.name)
@@ -154,6 +174,14 @@ def admit_secrets(rt: Runtime, user: str, spec: JobSpec, config: dict[str, Any])
     """Reject a run asking for a secret ``user`` cannot use (naming each), then run the hub
     preflight of its ``--model`` with the user's ``HF_TOKEN``; return warnings."""
     wanted = requested(spec, config)
+    reserved = reserved_in(wanted)
+    if reserved:
+        raise InvalidName(
+            f"the run asks for secret(s) named like the platform's variables: "
+            f"{', '.join(reserved)} (reserved: {reserved_list()})",
+            hint="rename each (`sf secret set MY_NAME`) and ask for the new name",
+            details={"reserved_secrets": reserved, "reserved": reserved_list()},
+        )
     names = [r.name for r in wanted]
     if hub_preflight.applies(rt.settings, spec):
         names.append(HF_TOKEN)
@@ -200,6 +228,8 @@ def for_runner(rt: Runtime, run_id: str, token: str | None, attempt: int) -> Run
                 details={"status": run.status, "current_attempt": run.current_attempt},
             )
         wanted = requested(JobSpec.read(run.spec), run.config)
+        # Never a platform's name, even for a run admitted before admission refused them.
+        wanted = [r for r in wanted if reserved_why(r.name, r.mount.value) is None]
         rows = usable(session, run.user, [r.name for r in wanted])
         ring = secret_keys.load(rt.settings.server_dir)
         values = []
