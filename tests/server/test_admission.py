@@ -35,7 +35,7 @@ from starforge.contract.states import JobStatus
 from starforge.project.lab import Lab
 from starforge.server.db.models import Run
 from starforge.server.runtime import Runtime
-from starforge.server.services import jobs
+from starforge.server.services import blobs, jobs
 from tests.conftest import commit_all
 
 from .factories import binding, package, request, schedule, spec
@@ -180,6 +180,7 @@ def test_blobs_the_server_lacks_are_listed(rt: Runtime) -> None:
 
 def test_the_entrypoint_must_be_in_the_package(rt: Runtime) -> None:
     digest = rt.storage.put_bytes(b"print(1)\n")
+    blobs.record(rt, "alice", digest)  # alice uploaded it: only then is her package looked at
     manifest = Manifest(files=[FileEntry(path="experiments/exp/other.py", sha256=digest, size=9)])
     req = SubmitRequest(spec=spec(), manifest=manifest, idempotency_key="k" * 16)
     err = rejected(rt, req, MissingEntrypoint)

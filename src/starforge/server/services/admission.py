@@ -12,7 +12,12 @@ framework checks (the client's validation is not trusted). The composed config i
 run's ``run.json``, so the runner does not compose it again. Capacity that is merely busy is not
 checked here: the run queues. Nor is a quota that is merely in use by the user's other runs (the run
 queues); a quota that can never allow the run (a profile it excludes, more GPUs than its limits) is
-rejected with the numbers, right after the fit."""
+rejected with the numbers, right after the fit.
+
+Admission reads the package's blobs (the sensitive-content check first, then the config), so its
+callers (``jobs.submit``, ``sweeps``) check that every blob of the manifest is the submitter's own
+(``blobs.require_owned``) BEFORE calling :func:`admit`: no answer may say anything about the
+content of a blob someone else uploaded."""
 
 from __future__ import annotations
 

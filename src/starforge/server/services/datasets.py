@@ -116,9 +116,9 @@ def _check_files(rt: Runtime, user: str, req: DatasetPush) -> list[FileEntry]:
         )
     manifest = Manifest(files=sorted(req.files, key=lambda f: f.path))  # one tree, no twins
 
+    blobs.require_owned(rt, user, manifest.digests())  # before any blob is read
     heads = rt.storage.heads(manifest.digests(), sensitive.HEAD_BYTES)  # one pass, not per file
     sensitive.refuse_manifest(manifest, read_head=heads.get)
-    blobs.require_owned(rt, user, manifest.digests())
     return manifest.files
 
 

@@ -216,10 +216,12 @@ def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
         have = blobs.owned(conn, user, digests)
         extents = packs.locate(conn, digests)
     storage = rt.storage.pinned(digests, extents)
-    admitted = admit_request(rt, user, req, context, storage)
-    limits = context.limits
+    # Ownership first: admission reads blobs (the sensitive-content check, the config), and what
+    # it says of one must never be about another user's upload.
     if set(digests) - have or storage.missing(digests):
         blobs.require_owned(rt, user, digests)  # never another user's uploads: names them
+    admitted = admit_request(rt, user, req, context, storage)
+    limits = context.limits
     run = _new_run(user, req, admitted)
     run.priority = limits.priority  # the queue orders by the user's priority at submit
     try:

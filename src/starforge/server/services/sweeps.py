@@ -70,10 +70,9 @@ def variant_request(req: SweepRequest, sweep_id: str, index: int) -> SubmitReque
 def _admit_all(rt: Runtime, user: str, requests: list[SubmitRequest]) -> list[admission.Admitted]:
     with rt.transaction() as session:
         context = jobs.admission_context(rt, session, user)
+    blobs.require_owned(rt, user, requests[0].manifest.digests())  # before any blob is read
     storage = rt.storage.pinned(requests[0].manifest.digests())  # every variant's package
-    admitted = [jobs.admit_request(rt, user, r, context, storage) for r in requests]
-    blobs.require_owned(rt, user, requests[0].manifest.digests())
-    return admitted
+    return [jobs.admit_request(rt, user, r, context, storage) for r in requests]
 
 
 def _existing(session: Session, user: str, key: str) -> SweepCreated | None:
