@@ -25,7 +25,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, IPvAnyNetwork, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -221,9 +221,11 @@ class Settings(BaseSettings):
     # Running a lab (docs: ``sf admin usage|maintenance``, ``sf notify``). ``daily_gpu_hours``:
     # GPU-hours per user per UTC day for users an admin set none for (None: no daily limit).
     # Webhooks go to http(s) URLs only; ``notify_allow_private`` lets them reach loopback and
-    # private addresses (None: only the embedded server, which is local to its one user, may).
+    # private addresses (None: only the embedded server, which is local to its one user, may);
+    # ``notify_allow_cidrs``: ranges they may reach even so (e.g. [10.20.0.0/16] for a lab's own).
     daily_gpu_hours: float | None = Field(default=None, ge=0)
     notify_allow_private: bool | None = None
+    notify_allow_cidrs: list[IPvAnyNetwork] = Field(default_factory=list)
     notify_backoff_s: float = Field(default=2.0, gt=0)  # first retry; doubles up to the max
     notify_backoff_max_s: float = Field(default=600.0, gt=0)
     notify_max_tries: int = Field(default=12, ge=1)
