@@ -3,6 +3,8 @@
 Each payload is JSON, signed with HMAC-SHA256 under the endpoint's secret (printed once, at
 ``add``): ``X-StarForge-Signature: sha256=HEX`` over ``"{X-StarForge-Timestamp}.{body}"``.
 Failed deliveries are retried with exponential backoff; ``sf notify log`` shows every try.
+A lab server refuses URLs that reach loopback, private or other non-public addresses (its admin
+may allow ranges: ``notify_allow_cidrs``); adding a webhook needs the member role or above.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ def add(
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Add a webhook; its signing secret is printed this once.
+    """Add a webhook; its signing secret is printed this once. A lab server refuses URLs that
+    reach private or loopback addresses unless its admin allows them.
 
     Example: sf notify add https://hooks.example.com/sf --on failed,stopped --project lab
     """

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from datetime import date
+from typing import Annotated
 
 from fastapi import APIRouter
 
+from starforge.contract.auth import Role
 from starforge.contract.labops import (
     DailyQuotaUpdate,
     DeliveryLog,
@@ -18,11 +20,17 @@ from starforge.contract.labops import (
     MyGpuHours,
     UsageReport,
 )
-from starforge.server.api.authz import Admin, ManageSelf, ReadSelf
+from starforge.server.api.authz import Admin, ManageSelf, On, ReadSelf, Rule, Who, authorize
 from starforge.server.api.deps import RuntimeDep
 from starforge.server.services import accounting, maintenance, notify
+from starforge.server.services.users import Caller
 
 router = APIRouter()
+
+# A webhook makes the server send requests: members and up only (a viewer only reads), each to
+# their own endpoints. Declared here like the rules of ``api/authz``, and walked with them.
+ADD_WEBHOOK = Rule("add-webhooks", Who.USER, Role.MEMBER, On.SELF)
+WebhookAdder = Annotated[Caller, authorize(ADD_WEBHOOK)]
 
 
 @router.get("/usage/gpu-hours", response_model=MyGpuHours)
@@ -63,7 +71,7 @@ def list_endpoints(rt: RuntimeDep, user: ManageSelf) -> EndpointList:
 
 
 @router.post("/notify/endpoints", response_model=EndpointCreated)
-def add_endpoint(body: EndpointCreate, rt: RuntimeDep, user: ManageSelf) -> EndpointCreated:
+def add_endpoint(body: EndpointCreate, rt: RuntimeDep, user: WebhookAdder) -> EndpointCreated:
     return notify.add(rt, user, body)
 
 

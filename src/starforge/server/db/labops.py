@@ -5,7 +5,8 @@
   from the attempts' own start and end times (``services/accounting``).
 * ``maintenance`` (one row, id 1) and ``maintenance_paused`` (the runs a drain paused, in the
   order it found them): kept in the database so a drain survives a server restart.
-* ``notify_endpoints`` (a user's webhook URLs; the HMAC secret is kept to sign, never returned),
+* ``notify_endpoints`` (a user's webhook URLs; the HMAC secret, sealed at rest, is kept to sign
+  and never returned),
   ``notify_outbox`` (one row per delivery owed, written in the transaction of the terminal status
   change) and ``notify_deliveries`` (every try, for ``sf notify log``).
 """
@@ -66,7 +67,12 @@ class NotifyEndpoint(Base):
     url: Mapped[str] = mapped_column(String(2048))
     events: Mapped[list[str]] = mapped_column(JSON)
     project: Mapped[str | None] = mapped_column(String(100), nullable=True)
-    secret: Mapped[str] = mapped_column(String(128))  # signs payloads; never sent back
+    # The HMAC secret that signs payloads, sealed like a secret (``services/secret_keys``,
+    # bound to ``webhook/USER/ID``): base64(nonce || AES-GCM ciphertext) and the key's id. Never
+    # sent back. ``key_id`` "": a row from before migration 0021, still in the clear until the
+    # leader's notify pass seals it.
+    ciphertext: Mapped[str] = mapped_column(Text())
+    key_id: Mapped[str] = mapped_column(String(64), default="", server_default="")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 

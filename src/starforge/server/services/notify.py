@@ -13,31 +13,44 @@
 * Signature: ``X-StarForge-Signature: sha256=HEX`` where HEX is HMAC-SHA256(secret,
   ``f"{timestamp}.{body}"``) and ``X-StarForge-Timestamp`` is the unix time of the try, so a
   receiver that checks the signature and refuses old timestamps refuses replays.
-* SSRF stance: only ``http``/``https`` URLs, no credentials in them, redirects never followed.
-  Loopback, private, link-local and other non-public addresses are refused (when the endpoint is
-  added and again at every try, after DNS) unless ``notify_allow_private`` allows them; unset,
-  only the embedded server allows them (it is local to its one user, who owns that machine).
+* Where a webhook may go (``services/webhook_targets``): http(s) URLs only, no credentials,
+  redirects never followed, no proxy from the environment. On a lab server loopback, private,
+  link-local, multicast and reserved addresses are refused in any spelling, when the endpoint is
+  added and again at every try, unless an admin allows a range (``notify_allow_cidrs``) or every
+  private address (``notify_allow_private``; unset, only the embedded server allows them: it is
+  local to its one user, who owns that machine). Each try resolves the host once, checks every
+  address and connects to the checked one (Host header and TLS SNI keep the name): no DNS
+  rebinding window. Admins are held to the same policy; ``server.yaml`` is how they widen it.
+* The signing secret is sealed at rest with the secrets' key ring (``services/secret_keys``),
+  bound to its endpoint (``webhook/USER/ID``). A row written before migration 0021 holds it in the
+  clear (``key_id`` ""); the leader's first notify pass seals it, and every pass re-seals rows
+  whose key is not the ring's current one (after a key rotation).
+  :func:`reseal` is what a rotation runs before it drops old keys.
+* One bad endpoint holds up no other: a pass takes a few due payloads per endpoint, delivers
+  endpoints side by side, stops an endpoint's turn at its first failure, and any error (a
+  malformed URL stored by an older server, a refused address, a transport error, a secret that
+  no longer opens) is one failed try of that row only, logged in one line.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import json
+import logging
 import secrets
-import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from starforge import __version__
-from starforge.contract.errors import NotFound, UsageError
+from starforge.contract.errors import NotFound, ServerError, UsageError
 from starforge.contract.labops import (
     DELIVERY_HEADER,
     EVENT_HEADER,
@@ -55,9 +68,15 @@ from starforge.contract.labops import (
 from starforge.server.db.labops import NotifyDelivery, NotifyEndpoint, NotifyOutbox
 from starforge.server.db.models import Run, utcnow
 from starforge.server.runtime import Runtime
+from starforge.server.services import secret_keys, webhook_targets
+from starforge.server.services.webhook_targets import Resolver, system_resolve
 from starforge.server.settings import Settings
 
-BATCH = 50  # payloads per pass of the loop
+log = logging.getLogger(__name__)
+ENDPOINTS_PER_PASS = 50  # endpoints with payloads due, taken in the order they fell due
+PER_ENDPOINT = 10  # payloads per endpoint and pass, tried in turn until one fails
+WORKERS = 8  # endpoints delivered side by side
+PLAIN = ""  # the key id of a secret not sealed yet (a row written before migration 0021)
 
 
 # ---- URLs and signatures ------------------------------------------------------------------------
@@ -69,54 +88,11 @@ def allows_private(settings: Settings) -> bool:
     return settings.embedded
 
 
-def _public(address: str) -> bool:
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_global and not ip.is_multicast
-
-
-def check_url(url: str, allow_private: bool, *, resolve: bool = True) -> str:
-    """``url`` if a webhook may be sent there, else :class:`UsageError` saying why."""
-    parts = urlsplit(url.strip())
-    if parts.scheme not in ("http", "https"):
-        raise UsageError(
-            f"webhook URL {url!r}: only http:// and https:// URLs are allowed",
-            hint="e.g. https://hooks.example.com/starforge",
-        )
-    if not parts.hostname:
-        raise UsageError(f"webhook URL {url!r} names no host")
-    if parts.username or parts.password:
-        raise UsageError(
-            f"webhook URL {url!r} carries credentials",
-            hint="the payload is signed: check the X-StarForge-Signature header instead",
-        )
-    try:
-        _ = parts.port
-    except ValueError:
-        raise UsageError(f"webhook URL {url!r} has an invalid port") from None
-    if allow_private or not resolve:
-        return url.strip()
-    for address in _addresses(parts.hostname):
-        if not _public(address):
-            raise UsageError(
-                f"webhook URL {url!r} reaches a non-public address ({address})",
-                hint="an admin may allow private addresses (notify_allow_private: true)",
-                details={"address": address},
-            )
-    return url.strip()
-
-
-def _addresses(host: str) -> list[str]:
-    try:
-        return [str(ipaddress.ip_address(host.strip("[]")))]
-    except ValueError:
-        pass
-    try:
-        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
-    except OSError as exc:
-        raise UsageError(f"webhook host {host!r} does not resolve: {exc}") from None
-    return sorted({str(info[4][0]) for info in infos})
+def policy(settings: Settings) -> webhook_targets.Policy:
+    """The addresses this server's webhooks may reach."""
+    return webhook_targets.Policy(
+        allow_private=allows_private(settings), allowed=tuple(settings.notify_allow_cidrs)
+    )
 
 
 def sign(secret: str, timestamp: int, body: bytes) -> str:
@@ -163,22 +139,61 @@ def _view(session: Session, ep: NotifyEndpoint) -> dict[str, Any]:
     }
 
 
-def add(rt: Runtime, user: str, body: EndpointCreate) -> EndpointCreated:
+def _aad(ep: NotifyEndpoint) -> str:
+    """What a sealed secret is bound to: copied onto another endpoint, it does not open."""
+    return f"webhook/{ep.user}/{ep.id}"
+
+
+def _open(ring: secret_keys.KeyRing, ep: NotifyEndpoint) -> str:
+    if ep.key_id == PLAIN:
+        return ep.ciphertext
+    return ring.open(ep.ciphertext, ep.key_id, _aad(ep))
+
+
+def add(
+    rt: Runtime, user: str, body: EndpointCreate, resolve: Resolver = system_resolve
+) -> EndpointCreated:
     """Register a webhook of ``user``; the answer carries its secret, the only time it does."""
-    url = check_url(body.url, allows_private(rt.settings))
+    url = webhook_targets.check(body.url, policy(rt.settings), resolve)
+    secret = secrets.token_urlsafe(32)
     endpoint = NotifyEndpoint(
         id="wh-" + secrets.token_hex(6),
         user=str(user),
         url=url,
         events=_events(body.events),
         project=body.project or None,
-        secret=secrets.token_urlsafe(32),
         created_at=utcnow(),
     )
+    ring = secret_keys.load(rt.settings.server_dir)
+    endpoint.ciphertext, endpoint.key_id = ring.seal(secret, _aad(endpoint))
     with rt.transaction() as session:
         session.add(endpoint)
         session.flush()
-        return EndpointCreated(**_view(session, endpoint), secret=endpoint.secret)
+        return EndpointCreated(**_view(session, endpoint), secret=secret)
+
+
+def reseal(rt: Runtime, ring: secret_keys.KeyRing | None = None) -> set[str]:
+    """Seal every endpoint's secret under ``ring``'s current key (those in the clear from before
+    0021, those under an older key); the key ids still in use. A key rotation runs this between
+    :func:`secret_keys.begin_rotation` and :func:`secret_keys.finish_rotation`."""
+    used = select(NotifyEndpoint.key_id).distinct()
+    with rt.reading() as session:
+        keys = set(session.scalars(used))
+    if not keys:
+        return keys  # no endpoint: no key file is made for nothing
+    ring = ring or secret_keys.load(rt.settings.server_dir)
+    if keys == {ring.current}:
+        return keys
+    with rt.transaction() as session:
+        stale = select(NotifyEndpoint).where(NotifyEndpoint.key_id != ring.current)
+        for ep in session.scalars(stale.with_for_update()):
+            try:
+                plain = _open(ring, ep)
+            except ServerError:  # its key is gone: each try of it fails, alone
+                continue
+            ep.ciphertext, ep.key_id = ring.seal(plain, _aad(ep))
+    with rt.reading() as session:
+        return set(session.scalars(used))
 
 
 def list_mine(rt: Runtime, user: str) -> EndpointList:
@@ -282,12 +297,22 @@ def backoff_s(settings: Settings, tries: int) -> float:
     return min(settings.notify_backoff_s * 2 ** max(tries - 1, 0), settings.notify_backoff_max_s)
 
 
-def _post(rt: Runtime, url: str, secret: str, outbox_id: int, event: str, data: Any) -> int:
-    """POST one signed payload; its HTTP status (raises on a refused address or transport)."""
-    check_url(url, allows_private(rt.settings))  # again: DNS may have changed since it was added
+@dataclass(frozen=True)
+class _Due:
+    """One endpoint's payloads due in this pass, read in one transaction."""
+
+    endpoint: NotifyEndpoint  # detached: url, user, id, sealed secret
+    rows: list[tuple[int, str, Any]]  # (outbox id, event, payload)
+
+
+def _post(
+    rt: Runtime, target: webhook_targets.Target, secret: str, outbox_id: int, event: str, data: Any
+) -> int:
+    """POST one signed payload to the checked address; its HTTP status (the body is not read)."""
     body = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
     ts = int(time.time())
     headers = {
+        "Host": target.host_header,
         "Content-Type": "application/json",
         "User-Agent": f"StarForge/{__version__}",
         SIGNATURE_HEADER: sign(secret, ts, body),
@@ -295,39 +320,85 @@ def _post(rt: Runtime, url: str, secret: str, outbox_id: int, event: str, data: 
         DELIVERY_HEADER: str(outbox_id),
         EVENT_HEADER: f"run.{event}",
     }
+    extensions = {"sni_hostname": target.sni} if target.sni else None
     timeout = rt.settings.notify_timeout_s
-    response = httpx.post(url, content=body, headers=headers, timeout=timeout)
-    return response.status_code
+    with (
+        httpx.Client(trust_env=False, follow_redirects=False, timeout=timeout) as client,
+        client.stream(
+            "POST", target.url, content=body, headers=headers, extensions=extensions
+        ) as response,
+    ):
+        return response.status_code
 
 
-def deliver_due(rt: Runtime) -> int:
-    """Try every payload that is due; returns how many were delivered."""
+def _due(rt: Runtime) -> list[_Due]:
     now = utcnow()
-    with rt.transaction() as session:
-        due = session.execute(
-            select(NotifyOutbox, NotifyEndpoint.url, NotifyEndpoint.secret)
-            .join(NotifyEndpoint, NotifyEndpoint.id == NotifyOutbox.endpoint_id)
-            .where(
-                NotifyOutbox.delivered_at.is_(None),
-                NotifyOutbox.gave_up_at.is_(None),
-                NotifyOutbox.next_at <= now,
-            )
-            .order_by(NotifyOutbox.next_at, NotifyOutbox.id)
-            .limit(BATCH)
+    owed = (
+        NotifyOutbox.delivered_at.is_(None),
+        NotifyOutbox.gave_up_at.is_(None),
+        NotifyOutbox.next_at <= now,
+    )
+    found = []
+    with rt.reading() as session:
+        endpoints = session.scalars(
+            select(NotifyOutbox.endpoint_id)
+            .where(*owed)
+            .group_by(NotifyOutbox.endpoint_id)
+            .order_by(func.min(NotifyOutbox.next_at), NotifyOutbox.endpoint_id)
+            .limit(ENDPOINTS_PER_PASS)
         ).all()
-        jobs = [(o.id, o.endpoint_id, o.event, o.payload, url, s) for o, url, s in due]
+        for endpoint_id in endpoints:
+            ep = session.get(NotifyEndpoint, endpoint_id)
+            if ep is None:
+                continue
+            rows = session.execute(
+                select(NotifyOutbox.id, NotifyOutbox.event, NotifyOutbox.payload)
+                .where(NotifyOutbox.endpoint_id == endpoint_id, *owed)
+                .order_by(NotifyOutbox.next_at, NotifyOutbox.id)
+                .limit(PER_ENDPOINT)
+            ).all()
+            session.expunge(ep)
+            found.append(_Due(ep, [(i, e, p) for i, e, p in rows]))
+    return found
+
+
+def _try(rt: Runtime, ep: NotifyEndpoint, row: tuple[int, str, Any], resolve: Resolver) -> bool:
+    """One try of one payload, recorded whatever goes wrong; whether it was delivered."""
+    outbox_id, event, data = row
+    code: int | None = None
+    try:
+        target = webhook_targets.pin(ep.url, policy(rt.settings), resolve)
+        secret = _open(secret_keys.load(rt.settings.server_dir), ep)
+        code = _post(rt, target, secret, outbox_id, event, data)
+        error = "" if 200 <= code < 300 else f"HTTP {code}"
+    except (httpx.HTTPError, OSError) as exc:
+        error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    except Exception as exc:  # a refused address, a secret that no longer opens, a bad URL, a bug
+        error = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+        log.warning("webhook %s, payload %s: %s", ep.id, outbox_id, error)
+    return bool(_record(rt, outbox_id, ep.id, code, error[:500]))
+
+
+def _deliver_endpoint(rt: Runtime, due: _Due, resolve: Resolver) -> int:
+    """The endpoint's due payloads in turn, until one fails (the rest wait for a later pass)."""
     delivered = 0
-    for outbox_id, endpoint_id, event, data, url, secret in jobs:
-        code: int | None = None
-        error = ""
-        try:
-            code = _post(rt, url, secret, outbox_id, event, data)
-            if not 200 <= code < 300:
-                error = f"HTTP {code}"
-        except (httpx.HTTPError, UsageError, OSError) as exc:
-            error = f"{type(exc).__name__}: {exc}"[:500]
-        delivered += _record(rt, outbox_id, endpoint_id, code, error)
+    for row in due.rows:
+        if not _try(rt, due.endpoint, row, resolve):
+            break
+        delivered += 1
     return delivered
+
+
+def deliver_due(rt: Runtime, resolve: Resolver = system_resolve) -> int:
+    """Try the payloads that are due, endpoints side by side; returns how many were delivered.
+
+    ``resolve`` is the one seam: how host names become addresses (tests answer it themselves)."""
+    reseal(rt)
+    groups = _due(rt)
+    if not groups:
+        return 0
+    with ThreadPoolExecutor(max_workers=min(WORKERS, len(groups))) as pool:
+        return sum(pool.map(lambda due: _deliver_endpoint(rt, due, resolve), groups))
 
 
 def _record(rt: Runtime, outbox_id: int, endpoint_id: str, code: int | None, error: str) -> int:
