@@ -3,10 +3,13 @@ run succeeds its ``FORGE_DATASET_OUT_DIR`` is published as that version, which a
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 
 from starforge.contract.api import SubmitResponse
-from starforge.contract.errors import DatasetVersionExists, Rejected, SensitiveFiles
+from starforge.contract.errors import DatasetVersionExists, Rejected, SensitiveFiles, UsageError
 from starforge.contract.jobspec import InputKind, InputRef, Inputs
 from starforge.contract.states import JobStatus
 from starforge.server.runtime import Runtime
@@ -66,5 +69,36 @@ def test_an_output_with_a_secret_is_not_published(rt: Runtime) -> None:
     run_id = submit_with_output(rt, "alice", "alice/leak@v1").run_id
     succeed_with_files(rt, run_id, {"ok.jsonl": b"{}\n", ".env": b"HF_TOKEN=x\n"})
     with pytest.raises(SensitiveFiles):
+        datasets.publish_output(rt, run_id)
+    assert datasets.list_versions(rt, "alice").versions == []
+
+
+def test_links_in_the_output_dir_are_never_followed_into_the_dataset(
+    rt: Runtime, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "key.txt").write_bytes(b"not the run's\n")
+    run_id = submit_with_output(rt, "alice", "alice/linked@v1").run_id
+    succeed_with_files(rt, run_id, {"ok.jsonl": b"{}\n"})
+    folder = Path(jobs.get(rt, "alice", run_id).run_dir) / "out" / "dataset"
+    (folder / "stolen.txt").symlink_to(outside / "key.txt")
+    (folder / "stolen-dir").symlink_to(outside)
+    done = datasets.publish_output(rt, run_id)
+    assert done is not None
+    view = datasets.show(rt, "alice", "alice/linked@v1")
+    assert [f.path for f in view.files] == ["ok.jsonl"]
+
+
+def test_an_output_dir_that_is_a_link_publishes_nothing(rt: Runtime, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "key.txt").write_bytes(b"not the run's\n")
+    run_id = submit_with_output(rt, "alice", "alice/linked@v1").run_id
+    succeed_with_files(rt, run_id, {"ok.jsonl": b"{}\n"})
+    folder = Path(jobs.get(rt, "alice", run_id).run_dir) / "out" / "dataset"
+    shutil.rmtree(folder)
+    folder.symlink_to(outside)
+    with pytest.raises(UsageError, match="has no files"):
         datasets.publish_output(rt, run_id)
     assert datasets.list_versions(rt, "alice").versions == []

@@ -18,8 +18,7 @@ import hashlib
 import logging
 import threading
 import time
-from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from sqlalchemy import or_, select
 from sqlalchemy.exc import IntegrityError
@@ -60,7 +59,7 @@ from starforge.contract.submission import INPUT_FLAGS
 from starforge.server.db.datasets import Dataset, DatasetVersion
 from starforge.server.db.models import Run
 from starforge.server.runtime import Runtime
-from starforge.server.services import blobs
+from starforge.server.services import artifacts, blobs
 
 log = logging.getLogger(__name__)
 
@@ -307,24 +306,25 @@ def check_output(rt: Runtime, user: str, value: str) -> DatasetRef:
     return ref
 
 
-def _store_file(rt: Runtime, user: str, path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
+def _store_file(rt: Runtime, user: str, fh: BinaryIO) -> tuple[str, int]:
+    """Store the open file's content as a blob of ``user``'s; its digest and size."""
+    digest, size = hashlib.sha256(), 0
+    while chunk := fh.read(_CHUNK):
+        digest.update(chunk)
+        size += len(chunk)
     name = digest.hexdigest()
     if not rt.storage.has(name):
-        writer = rt.storage.blob_writer(name)
+        writer = rt.storage.blob_writer(name)  # it checks that the bytes hash to the name
+        fh.seek(0)
         try:
-            with path.open("rb") as fh:
-                while chunk := fh.read(_CHUNK):
-                    writer.write(chunk)
+            while chunk := fh.read(_CHUNK):
+                writer.write(chunk)
         except BaseException:
             writer.abort()
             raise
         writer.commit()
     blobs.record(rt, user, name)
-    return name
+    return name, size
 
 
 def publish_output(rt: Runtime, run_id: str) -> DatasetPushResult | None:
@@ -336,16 +336,16 @@ def publish_output(rt: Runtime, run_id: str) -> DatasetPushResult | None:
             return None
         spec = JobSpec.read(run.spec)
         user = run.user
-        folder = rt.storage.run_dir(run.user, run.project, run.experiment, run.id) / "out"
+        run_dir = rt.storage.run_dir(run.user, run.project, run.experiment, run.id)
     if not spec.output_dataset:
         return None
     ref = parse_ref(spec.output_dataset, "--output-dataset")
-    folder = folder / OUTPUT_SUBDIR
     files = []
-    for path in sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()):
-        digest = _store_file(rt, user, path)
-        rel = path.relative_to(folder).as_posix()
-        files.append(FileEntry(path=rel, sha256=digest, size=path.stat().st_size))
+    # The job wrote the folder: links are never followed, files are read by descriptor.
+    for found in artifacts.regular_files(run_dir, artifacts.OUT, OUTPUT_SUBDIR, hidden=True):
+        with artifacts.open_found(found) as fh:
+            digest, size = _store_file(rt, user, fh)
+        files.append(FileEntry(path=found.rel, sha256=digest, size=size))
     body = DatasetPush(name=ref.name, version=ref.version, files=files)
     return push(rt, user, body)
 
