@@ -222,6 +222,7 @@ def _admission_request(rt: Runtime, case: str) -> SubmitRequest:
     if case == "image":
         return req.model_copy(update={"spec": req.spec.model_copy(update={"image": ""})})
     other = rt.storage.put_bytes(b"x = 1\n")
+    blobs.record(rt, "alice", other)  # hers: ownership is checked before anything else
     manifest = Manifest(files=[FileEntry(path="experiments/exp/other.py", sha256=other, size=6)])
     return req.model_copy(update={"manifest": manifest})
 
