@@ -62,6 +62,8 @@ BOMBS = {
     "billion-laughs": (billion_laughs(), "aliases expand"),
     "deep-nesting": (b"x: " + b"[" * 5000 + b"]" * 5000 + b"\n", "nesting deeper"),
     "non-utf8": (b"lr: 0.1\nname: caf\xe9\n", "not UTF-8"),
+    "huge-integer": (b"seed: " + b"7" * 5000 + b"\n", "an integer of 5000 digits"),
+    "binary-tag": (b"blob: !!binary aGVsbG8=\n", "the tag !!binary is not allowed"),
 }
 CONFIG = "experiments/c1/config.yaml"
 
