@@ -54,16 +54,20 @@ def _never_the_real_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
     """Whatever a test forgets, nothing it runs may touch the user's ~/.starforge."""
     saved = os.environ.get("STARFORGE_HOME")
     os.environ["STARFORGE_HOME"] = str(tmp_path_factory.mktemp("default-home"))
-    # A server running as root (as in CI) runs its jobs as `nobody`, who cannot enter pytest's
-    # 0700 temporary folders: every server the suite starts runs jobs as its own user instead.
-    # tests/security/test_job_isolation.py starts the one server that uses the default.
-    saved_job_user = os.environ.get("STARFORGE_JOB_USER")
+    # A server running as root (as in CI) gives each run a uid of its own, which cannot enter
+    # pytest's 0700 temporary folders: every server the suite starts runs jobs as its own user
+    # instead. So they cannot keep two users' jobs apart, and opt out of the refusal of members'
+    # runs that brings (services/isolation.py), as an admin would. The tests of isolation
+    # (tests/security) start servers with settings of their own.
+    saved_env = {k: os.environ.get(k) for k in ("STARFORGE_JOB_USER", "STARFORGE_ISOLATION")}
     os.environ["STARFORGE_JOB_USER"] = ""
+    os.environ["STARFORGE_ISOLATION"] = "none"
     yield
-    if saved_job_user is None:
-        os.environ.pop("STARFORGE_JOB_USER", None)
-    else:
-        os.environ["STARFORGE_JOB_USER"] = saved_job_user
+    for key, value in saved_env.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
     if saved is None:
         os.environ.pop("STARFORGE_HOME", None)
     else:

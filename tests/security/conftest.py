@@ -56,6 +56,10 @@ def settings(tmp_path: Path) -> Settings:
         max_ingest_bytes=LIMIT,
         max_submit_bytes=LIMIT,
         max_blob_bytes=LIMIT,
+        # Its jobs (a fake executor's) share the server's identity: it opts out of the refusal
+        # of members' runs on such a server (services/isolation.py), which these tests do not
+        # test; tests/security/test_run_identities.py does.
+        isolation="none",
     )
 
 
@@ -101,6 +105,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     home = tmp_path_factory.mktemp("sec-home")
     env = {k: v for k, v in os.environ.items() if not k.startswith("STARFORGE_")}
     env["STARFORGE_CONTAINERS"] = "none"  # jobs on the host: the images live in no registry
+    env["STARFORGE_ISOLATION"] = "none"  # as `settings` above
     rt = build_runtime(load_settings(home))
     add_users(rt)
     rt.engine.dispose()

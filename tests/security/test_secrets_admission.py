@@ -31,7 +31,11 @@ PEM = b"-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
     settings = load_settings(
-        tmp_path / "home", inventory=INVENTORY, profiles=PROFILES, url="http://127.0.0.1:9999"
+        tmp_path / "home",
+        inventory=INVENTORY,
+        profiles=PROFILES,
+        url="http://127.0.0.1:9999",
+        isolation="none",  # fake jobs share the server's identity (services/isolation.py)
     )
     app = create_app(
         settings.model_copy(update={"embedded": False}), executor=FakeExecutor(), run_loops=False

@@ -86,6 +86,9 @@ def settings(tmp_path: Path, database_url: str | None) -> Settings:
         url="http://127.0.0.1:9999",
         stop_grace_s=0.5,
         database_url=database_url,
+        # Its (fake) jobs share the server's identity: it opts out of the refusal of members'
+        # runs on such a server (services/isolation.py; tested in tests/server/test_isolation.py).
+        isolation="none",
     )
 
 

@@ -104,6 +104,7 @@ def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
         profiles=PROFILES,
         url="http://127.0.0.1:9999",
         embedded=False,
+        isolation="none",  # fake jobs share the server's identity (services/isolation.py)
     )
 
 
@@ -279,7 +280,7 @@ def test_an_operator_sees_the_whole_queue_and_a_member_only_their_own(client: Te
 
 def test_the_cluster_view_names_another_users_run_only_to_operators(tmp_path: Path) -> None:
     fresh = load_settings(  # an empty cluster of its own
-        tmp_path / "home", inventory=INVENTORY, profiles=PROFILES, embedded=False
+        tmp_path / "home", inventory=INVENTORY, profiles=PROFILES, embedded=False, isolation="none"
     )
     with TestClient(create_app(fresh, executor=FakeExecutor(), run_loops=False)) as client:
         rt: Runtime = client.app.state.runtime  # type: ignore[attr-defined]

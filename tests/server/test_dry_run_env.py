@@ -36,6 +36,7 @@ def settings(tmp_path: Path) -> Settings:
         profiles=PROFILES,
         url="http://127.0.0.1:9999",
         hf_offline=False,
+        isolation="none",  # fake jobs share the server's identity (services/isolation.py)
     )
 
 

@@ -125,19 +125,20 @@ def open_dir() -> Iterator[Path]:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the default job user applies to a root server")
-def test_a_root_server_isolates_jobs_as_nobody_only_where_nobody_can_reach_them(
+def test_a_root_server_gives_each_run_a_uid_of_its_own_only_where_uids_can_reach_its_storage(
     open_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("STARFORGE_JOB_USER", raising=False)  # the default, unlike the suite
-    (open_dir / "bin").mkdir(mode=0o755)
-    python = open_dir / "bin" / "python"
-    python.write_text("")
-    reachable = Settings(home=open_dir / "home", runner_command=[str(python), "-m", "x"])
-    assert reachable.job_isolation() == ("nobody", "")
+    reachable = Settings(home=open_dir / "home")
+    assert reachable.job_uids == [61184, 64511]
+    assert reachable.job_isolation() == ("a uid of its own per run (61184-64511)", "")
+    assert reachable.separates_jobs
     closed = open_dir / "closed"
     closed.mkdir(mode=0o700)
-    behind = Settings(home=closed / "home", runner_command=[str(python), "-m", "x"])
+    behind = Settings(home=closed / "home")
     user, warning = behind.job_isolation()
     assert user == "" and f"cannot enter {closed}" in warning and "job_user" in warning
+    assert not behind.job_uids and not behind.separates_jobs
     named = Settings(home=closed / "home", job_user="nobody")
-    assert named.job_isolation() == ("nobody", "")
+    assert named.job_uids == []  # one user for every job: runs are not apart
+    assert named.job_isolation() == ("nobody", "every job runs as nobody: runs are not walled off")

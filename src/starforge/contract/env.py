@@ -54,6 +54,10 @@ class Binding(Contract):
     run_token: str = ""  # the runner's: lifecycle only; never given to the job
     job_token: str = ""  # the job's: ingest into this run only (STARFORGE_TOKEN)
     job_user: str = ""  # run the job as this user (the runner must be root); "" = the runner's
+    # A root server's per-run identities: the runner takes a uid of this [first, last] range that
+    # no live run holds, for every node of the attempt, with ``job_gid`` (its member's group).
+    job_uids: list[int] = Field(default_factory=list)
+    job_gid: int = 0
     resume_from: str = ""
     hf_offline: bool = True
     extra_env: dict[str, str] = Field(default_factory=dict)
@@ -182,6 +186,8 @@ def make_binding(
     master_addr: str = "127.0.0.1",
     job_token: str = "",
     job_user: str = "",
+    job_uids: list[int] | None = None,
+    job_gid: int = 0,
     image: str = "",
     containers: str = "",
     framework: str = "",
@@ -216,6 +222,8 @@ def make_binding(
         run_token=run_token,
         job_token=job_token,
         job_user=job_user,
+        job_uids=list(job_uids or []),
+        job_gid=job_gid,
         resume_from=resume_from,
         hf_offline=hf_offline,
         extra_env=dict(own.env),

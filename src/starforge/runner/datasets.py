@@ -269,3 +269,37 @@ def prepare(
         for gone in evict(storage_root, limit, used):
             said.append(f"evicted the unused cached dataset {gone} (cache limit {limit} bytes)")
     return refs, env, said
+
+
+def private_views(
+    storage_root: Path, run_dir: Path, gid: int, folders: list[Path]
+) -> dict[Path, Path]:
+    """A run of its own uid reads its datasets through views of its own: each cached version's
+    files hard-linked (copied across file systems) under ``<run>/datasets/``, in folders of the
+    run's member group (0750), while the cache itself is closed to every uid but root's. So a run
+    reads exactly the versions it was admitted with, and another member's private version stays
+    unreadable even once cached. The links are root's and read-only: a job cannot change the
+    cache through them. Returns cache folder -> view folder."""
+    cache_root = storage_root / "cache" / "datasets"
+    cache_root.mkdir(parents=True, exist_ok=True)
+    os.chmod(cache_root, 0o700)
+    views: dict[Path, Path] = {}
+    base = run_dir / "datasets"
+    for source in folders:
+        target = base / source.relative_to(cache_root)
+        if not target.exists():
+            staging = target.with_name(f"{target.name}.linking-{uuid.uuid4().hex[:8]}")
+            shutil.copytree(source, staging, copy_function=_link_or_copy)
+            os.replace(staging, target)
+        for folder in [base, *[p for p in target.parents if base in p.parents], target]:
+            os.chown(folder, 0, gid)
+            os.chmod(folder, 0o750)
+        views[source] = target
+    return views
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)

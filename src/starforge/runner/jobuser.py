@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,11 @@ class JobUser:
     def env(self, home: str) -> dict[str, str]:
         # The runner's HOME (root's) is not the job's: tools that write to ~ write into its run.
         return {"HOME": home, "USER": self.name, "LOGNAME": self.name}
+
+
+def dynamic(uid: int, gid: int) -> JobUser:
+    """A per-run uid (no passwd entry) in its member's group."""
+    return JobUser(name=f"sf-{uid}", uid=uid, gid=gid)
 
 
 def resolve(name: str) -> JobUser | None:
@@ -86,24 +92,59 @@ def _chown_tree(root: Path, user: JobUser) -> None:
             os.lchown(os.path.join(folder, name), user.uid, user.gid)
 
 
-def hand_over(user: JobUser, *, run_dir: Path, writable: list[Path], shared: list[Path]) -> None:
+def hand_over(
+    user: JobUser,
+    *,
+    run_dir: Path,
+    writable: list[Path],
+    shared: list[Path],
+    walled: bool = False,
+) -> None:
     """Give ``user`` the folders it writes (``writable``, recursively; ``shared``, the folder
-    only) and keep the run's ``state`` folder to the runner."""
+    only) and keep the run's ``state`` folder to the runner. ``walled`` (a per-run uid): the
+    run's folders, and its member's folder of runs, are closed to everyone but the run's uid and
+    its member's group (the member's later runs read its outputs: lineage)."""
     state = run_dir / "state"
     state.mkdir(parents=True, exist_ok=True)
     os.chmod(state, 0o700)  # the runner's token and records: not the job's to read
+    if walled:
+        member_runs = run_dir.parents[2]  # <root>/runs/<member>
+        for folder in (member_runs, run_dir):
+            os.chown(folder, 0, user.gid)
+            os.chmod(folder, 0o750)
     for folder in writable:
         folder.mkdir(parents=True, exist_ok=True)
         _chown_tree(folder, user)
+        if walled:
+            os.chmod(folder, 0o750)
     for folder in shared:
         folder.mkdir(parents=True, exist_ok=True)
         os.lchown(folder, user.uid, user.gid)
 
 
-def take_back(folders: list[Path]) -> None:
+def take_back(folders: list[Path], gid: int | None = None) -> None:
     """Give the run's folders back to the runner once its job has exited: the next job of the
-    same user (another run) may not write into a finished run."""
-    me = JobUser(name="", uid=os.geteuid(), gid=os.getegid())
+    same user (another run) may not write into a finished run. ``gid``: the member's group keeps
+    reading them (a per-run uid's outputs, for the member's later runs)."""
+    me = JobUser(name="", uid=os.geteuid(), gid=os.getegid() if gid is None else gid)
     for folder in folders:
         if folder.exists():
             _chown_tree(folder, me)
+
+
+def check_runnable(user: JobUser, program: str, path_env: str) -> None:
+    """Refuse, naming the fix, a job whose program ``user`` could not run (a Python under
+    root's 0700 home): a clear startup failure instead of a failed exec."""
+    found = shutil.which(program, path=path_env) if "/" not in program else program
+    if not found:
+        return  # not found at all: the start itself says so
+    real = Path(os.path.realpath(found))
+    try:
+        check_reachable(user, real.parent)
+    except RunnerError as exc:
+        raise RunnerError(
+            f"the run's uid cannot run the job's program {found} ({exc.message})",
+            hint="install the training Python where every user may enter (a venv made from "
+            "/usr/bin/python3 under /opt/starforge, say: docs/deploy.md), or name a job_user",
+            details={"program": found},
+        ) from None

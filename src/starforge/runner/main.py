@@ -33,11 +33,11 @@ from starforge.catalog.loader import get_method
 from starforge.contract.datasets import OUTPUT_SUBDIR, RESOLVED_KEY, resolved_of
 from starforge.contract.env import Binding, job_env
 from starforge.contract.errors import RunnerError, StarForgeError
-from starforge.contract.jobspec import JobSpec, Manifest
+from starforge.contract.jobspec import InputRef, JobSpec, Manifest
 from starforge.contract.layout import UNPACKED_MARKER, RunLayout
 from starforge.contract.packs import read_extents
 from starforge.contract.states import EndReason
-from starforge.runner import container, datasets, jobfork, jobuser, ranks, slurm
+from starforge.runner import container, datasets, jobfork, jobuser, ranks, slurm, uids
 from starforge.runner import secrets as job_secrets
 from starforge.runner.preflight import check_packages
 from starforge.runner.report import Reporter, write_exit_record, write_runner_record
@@ -64,6 +64,8 @@ class Runner:
         self._secret_env: set[str] = set()  # names of the secrets passed as variables
         self.dataset_env: dict[str, str] = {}  # <NAME>_DATA_DIR of the run's datasets
         self.launcher = ""  # the plan's distributed launcher ("torchrun"), see runner/ranks.py
+        self.job_user: jobuser.JobUser | None = None  # who the job runs as, when not the runner
+        self.own_uid = False  # the job runs under a uid of its own (the binding's job_uids)
         self._ranks: ranks.TermForwarder | None = None
 
     def say(self, message: str) -> None:
@@ -135,6 +137,7 @@ class Runner:
         refs, found, said = datasets.prepare(
             Path(self.binding.storage_root), resolved, inputs, self.packs
         )
+        refs, found = self._dataset_views(refs, found)
         self.dataset_env = {**self.dataset_env, **found}
         for line in said:
             self.say(line)
@@ -143,6 +146,27 @@ class Runner:
         mounts = [m for m in given.split(",") if m.strip()] + list(found.values())
         self.binding.extra_env[container.MOUNTS_ENV] = ",".join(mounts)
         return spec.model_copy(update={"inputs": spec.inputs.model_copy(update=refs)})
+
+    def _dataset_views(
+        self, refs: dict[str, InputRef], found: dict[str, str]
+    ) -> tuple[dict[str, InputRef], dict[str, str]]:
+        """For a job of a uid of its own: its datasets through views of its own (the cache is
+        root's alone, :func:`datasets.private_views`)."""
+        b = self.binding
+        if b.job_user or not b.job_uids or os.geteuid() != 0:
+            return refs, found
+        views = datasets.private_views(
+            Path(b.storage_root), Path(b.run_dir), b.job_gid, [Path(v) for v in found.values()]
+        )
+
+        def seen(path: str) -> str:
+            for cached, view in views.items():
+                if path == str(cached) or path.startswith(f"{cached}/"):
+                    return str(view) + path[len(str(cached)) :]
+            return path
+
+        moved = {k: r.model_copy(update={"value": seen(r.value)}) for k, r in refs.items()}
+        return moved, {k: seen(v) for k, v in found.items()}
 
     def _compile(self, spec: JobSpec) -> LaunchPlan:
         """Preflight the runtime, compile the method's launch plan, write the files it needs."""
@@ -174,28 +198,57 @@ class Runner:
         return plan
 
     def _hand_over(self, plan: LaunchPlan) -> dict[str, Any]:
-        """Prepare the job's user (the binding's ``job_user``): its folders, its HOME; return
-        what Popen needs to start the job as that user (nothing when it is the runner's)."""
+        """Prepare the job's user (the binding's ``job_user``, or a uid of its own from
+        ``job_uids``): its folders, its HOME; return what Popen needs to start the job as that
+        user (nothing when it is the runner's)."""
         b = self.binding
-        user = jobuser.resolve(b.job_user)
+        user = self._job_identity()
         if user is None:
             return {}
+        self.job_user = user
         jobuser.check_reachable(user, Path(b.run_dir))
-        home = Path(b.out_dir) / ".starforge" / "home"
+        out = Path(b.out_dir)
+        home = out / ".starforge" / "home"
         home.mkdir(parents=True, exist_ok=True)
+        shared = [Path(plan.env["HF_HOME"])] if plan.env.get("HF_HOME") else []
+        if self.own_uid:
+            jobuser.check_runnable(user, plan.argv[0], plan.env.get("PATH", ""))
+            # The Hugging Face cache is the run's own: nothing one run writes is read by another.
+            plan.env["HF_HOME"] = str(out / ".starforge" / "hf")
+            shared = []
         jobuser.hand_over(
             user,
             run_dir=Path(b.run_dir),
-            writable=[Path(b.work_dir), Path(b.out_dir)],
-            shared=[Path(plan.env["HF_HOME"])] if plan.env.get("HF_HOME") else [],
+            writable=[Path(b.work_dir), out],
+            shared=shared,
+            walled=self.own_uid,
         )
         plan.env.update(user.env(str(home)))
-        self.say(f"the job runs as {user.name} (uid {user.uid})")
+        self.say(f"the job runs as {user.name} (uid {user.uid}, gid {user.gid})")
         return user.popen_kwargs()
 
+    def _job_identity(self) -> jobuser.JobUser | None:
+        b = self.binding
+        if b.job_user or not b.job_uids or os.geteuid() != 0:
+            return jobuser.resolve(b.job_user)
+        first, last = b.job_uids[0], b.job_uids[-1]
+        record = {"run_dir": b.run_dir, "gid": b.job_gid}
+        uid = uids.take(Path(b.storage_root), first, last, b.run_id, b.attempt, record)
+        self.own_uid = True
+        return jobuser.dynamic(uid, b.job_gid or uid)
+
     def _take_back(self) -> None:
+        b = self.binding
+        user = self.job_user if self.own_uid else None
+        # The last node of the attempt with no process left under the uid gives it back and takes
+        # the folders back; any other leaves them to that one (or to the uid's next taker).
+        if user is not None and not uids.give_back(
+            Path(b.storage_root), user.uid, b.run_id, b.attempt
+        ):
+            return
         try:
-            jobuser.take_back([Path(self.binding.work_dir), Path(self.binding.out_dir)])
+            gid = user.gid if user is not None else None
+            jobuser.take_back([Path(b.work_dir), Path(b.out_dir)], gid)
         except OSError as exc:  # the run's result stands; only the ownership stays the job's
             self.say(f"could not take the run's folders back from the job's user: {exc}")
 
@@ -348,7 +401,7 @@ class Runner:
         if not names:
             return
         values = job_secrets.fetch(self.binding, self.reporter.url)
-        owner = jobuser.resolve(self.binding.job_user)
+        owner = self.job_user
         job_secrets.deliver(values, plan.env, self.binding, owner)
         self.masker = job_secrets.Masker([v.value for v in values])
         self._secret_env = {v.name for v in values if v.mount == "env"}
@@ -359,6 +412,9 @@ class Runner:
             self.say(f"secrets removed since admission, not given: {', '.join(gone)}")
 
     def _finish(self, code: int, reason: EndReason | None) -> int:
+        if self.own_uid and self.job_user is not None and self.child is None:
+            b = self.binding  # the job never started: its uid goes back at once
+            uids.give_back(Path(b.storage_root), self.job_user.uid, b.run_id, b.attempt)
         if self.standby is not None:  # the run ended before its job started
             self.standby.cancel()
             self.standby = None

@@ -143,6 +143,8 @@ def build_runtime(
     engine = make_engine(settings.db_url)
     migrate(engine)
     storage = Storage(settings.storage, locate=functools.partial(_locate_packed, engine))
+    if settings.job_uids:  # jobs of uids of their own: nothing of the store is theirs to read
+        storage.close_private()
     storage.root.mkdir(parents=True, exist_ok=True)
     rt = Runtime(
         settings=settings,

@@ -40,7 +40,6 @@ from starforge.server import containers
 
 # The YAML file's location depends on ``home``, which itself may come from the caller or the
 # environment; load_settings() sets this before pydantic-settings collects its sources.
-DEFAULT_JOB_USER = "nobody"  # the jobs' user when the server runs as root and names none
 
 _YAML_FILE: ContextVar[Path | None] = ContextVar("starforge_server_yaml", default=None)
 
@@ -193,9 +192,16 @@ class Settings(BaseSettings):
     # (an upload still streaming into a server that shares the store keeps writing, so it stays).
     stale_upload_s: float = Field(default=600.0, ge=0)
     # Jobs run as this user, so they cannot read the platform's files (the server's home, the
-    # runners' bindings and records). None: ``nobody`` when the server runs as root (only root
-    # can switch users), else the server's own user; "" always the server's own user.
+    # runners' bindings and records). None: on a root server a uid of its own per run (below),
+    # else the server's own user; a name: every job as that one user; "" the server's own user.
     job_user: str | None = None
+    # A root server with no job_user runs every attempt under a uid of its own from this range
+    # (never two live runs on one uid, like systemd's DynamicUser), in the group of its member:
+    # member_gid_base + the member's id. ``isolation: none`` lets a server that cannot separate
+    # jobs (not root, or its storage under a closed folder) run the jobs of several users anyway.
+    job_uid_range: tuple[int, int] = (61184, 64511)
+    member_gid_base: int = Field(default=64512, ge=1000)
+    isolation: Literal["auto", "none"] = "auto"
     # How long a console link (`sf job console`) signs a browser in; the token only reads.
     console_token_ttl_s: float = Field(default=4 * 3600, gt=0, le=7 * 24 * 3600)
     # Absolute (shared) inputs are admitted only under one of these folders; empty: refused.
@@ -296,8 +302,22 @@ class Settings(BaseSettings):
 
     @property
     def job_user_name(self) -> str:
-        """The user jobs run as; "" for the server's own user."""
-        return self.job_isolation()[0]
+        """The one user every job runs as (a named ``job_user``); "" otherwise."""
+        return self.job_user or ""
+
+    @property
+    def job_uids(self) -> list[int]:
+        """The range each attempt takes a uid of its own from; empty when jobs do not (a named
+        ``job_user``, a server that is not root or whose storage the uids cannot reach)."""
+        if self.job_user is not None or os.geteuid() != 0:
+            return []
+        assert self.storage_root is not None
+        if _closed_folder(self.storage_root) is not None:
+            return []
+        return list(self.job_uid_range)
+
+    def member_gid(self, user_id: int) -> int:
+        return self.member_gid_base + user_id
 
     def containers_mode(self) -> Literal["podman", "none", "required"]:
         """The container runtime in force: the setting, else podman where ``podman info`` works."""
@@ -308,26 +328,36 @@ class Settings(BaseSettings):
         return self.containers_mode() == "required" and not containers.podman_works()
 
     def job_isolation(self) -> tuple[str, str]:
-        """(the user jobs run as, "" for the server's own; a warning when they are not isolated).
+        """(who jobs run as, in words; a warning when jobs are not walled off from each other).
 
-        A named ``job_user`` is taken as it is (a run it cannot reach fails at startup, naming the
-        folder). Unnamed, a root server runs jobs as ``nobody`` when ``nobody`` can reach the
-        storage root and the runner's interpreter; where it cannot (the embedded default keeps
-        both under root's 0700 home), jobs run as root, and ``sf server status`` says so."""
+        A named ``job_user`` is taken as it is (every job shares it; a run it cannot reach fails
+        at startup, naming the folder). Unnamed, a root server runs each attempt under a uid of
+        its own (:attr:`job_uids`) when the storage root is open to them; a job whose program
+        they cannot run fails at its start, naming the fix. Elsewhere (the embedded default keeps
+        its storage under root's 0700 home) jobs run as the server's user, and ``sf server
+        status`` says so."""
         shared = "jobs run as the server's user and can read what it can (docs/security.md)"
         if self.job_user is not None:
-            return self.job_user, "" if self.job_user else shared
+            if not self.job_user:
+                return "", shared
+            return self.job_user, f"every job runs as {self.job_user}: runs are not walled off"
+        if self.job_uids:
+            first, last = self.job_uid_range
+            return f"a uid of its own per run ({first}-{last})", ""
         if os.geteuid() != 0:
             return "", shared
         assert self.storage_root is not None
-        interpreter = Path(self.runner_command[0]).resolve()
-        blocked = _closed_folder(self.storage_root) or _closed_folder(interpreter.parent)
-        if blocked is None:
-            return DEFAULT_JOB_USER, ""
         return "", (
-            f"jobs run as root, not isolated: {DEFAULT_JOB_USER!r} cannot enter {blocked}; set "
-            "storage_root (and the Python install) in folders every user may enter, or job_user"
+            f"jobs run as root, not isolated: a run's uid cannot enter "
+            f"{_closed_folder(self.storage_root)}; put storage_root in a folder every user may "
+            "enter (e.g. /srv/starforge), or name a job_user"
         )
+
+    @property
+    def separates_jobs(self) -> bool:
+        """Whether two users' jobs run apart (uids of their own, or the admin said it does not
+        matter: ``isolation: none``)."""
+        return bool(self.job_uids) or self.isolation == "none"
 
 
 def _closed_folder(path: Path) -> Path | None:

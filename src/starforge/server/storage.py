@@ -139,6 +139,14 @@ class Storage:
         # string join each costs far less than building each path part by part.
         self._shards = str(self.layout.blob("0" * 64).parent.parent)
 
+    def close_private(self) -> None:
+        """The uploads (the blob store) and the dataset cache are the platform's alone: a job
+        reads its package and its datasets through its own run (runner/datasets.py), never
+        here, so no job's uid reads another member's upload."""
+        for folder in (self.root / "blobs", self.root / "cache" / "datasets"):
+            folder.mkdir(parents=True, exist_ok=True)
+            os.chmod(folder, 0o700)
+
     # ---- blobs -------------------------------------------------------------------------------
 
     def blob_path(self, digest: str) -> Path:

@@ -215,7 +215,7 @@ def trainer_env(binding_path: Path) -> dict[str, str] | None:
     except (OSError, ValueError):
         return None
     in_image = bool(b.image) and b.containers == "podman"
-    if b.framework not in TRAINER_FRAMEWORKS or in_image or b.job_user:
+    if b.framework not in TRAINER_FRAMEWORKS or in_image or b.job_user or b.job_uids:
         return None
     # A forked job's /proc/self/environ is the warm trainer's: none of the server's settings
     # (its database URL, say) may be in it, as none is in a fresh job's environment.

@@ -37,7 +37,7 @@ from starforge.contract.states import ACTIVE, JobStatus, NodeEvent, NodeState
 from starforge.server import statemachine
 from starforge.server.containers import runtime_for_runs
 from starforge.server.db import packs
-from starforge.server.db.models import Attempt, Run, utcnow
+from starforge.server.db.models import Attempt, Run, User, utcnow
 from starforge.server.executors.base import NodeLaunch, SupportsGangStart
 from starforge.server.runtime import Runtime
 from starforge.server.services import admission, checkpoints, lifecycle, queue, scheduler
@@ -180,6 +180,7 @@ def place_run(
         pools,
         token,
         resume_from=attempt.resumed_from or "",
+        job_ids=job_identity(rt, session, run.user),
         job_token=job_token,
         storage=storage,
     )
@@ -200,6 +201,16 @@ def place_run(
     return StartOrder(run.id, number, starts, pools=pools, image=run.image)
 
 
+def job_identity(rt: Runtime, session: Session, user: str) -> tuple[list[int], int]:
+    """The uid range the attempt's runners take a uid from, and its member's group; none where
+    the server does not give runs identities of their own."""
+    uids = rt.settings.job_uids
+    if not uids:
+        return [], 0
+    member = session.scalar(select(User.id).where(User.name == user))
+    return uids, rt.settings.member_gid(member or 0)
+
+
 def framework_of(spec: dict[str, Any]) -> str:
     """The framework of the run's method (``trl`` of ``trl/sft``); "" when unreadable."""
     method = spec.get("method") if isinstance(spec, dict) else None
@@ -218,6 +229,7 @@ def write_bindings(
     resume_from: str = "",
     job_token: str = "",
     storage: Storage | None = None,
+    job_ids: tuple[list[int], int] = ([], 0),
 ) -> list[NodeLaunch]:
     """Write the run's ``run.json`` (once; through ``storage``, the runtime's by default) and
     each node's binding; what to start."""
@@ -249,6 +261,8 @@ def write_bindings(
             hf_offline=rt.settings.hf_offline,
             job_token=job_token,
             job_user=rt.settings.job_user_name,
+            job_uids=job_ids[0],
+            job_gid=job_ids[1],
             image=run.image,
             containers=runtime_for_runs(rt.settings.containers),
             framework=framework_of(run.spec),

@@ -46,6 +46,7 @@ from starforge.server.services import (
     blobs,
     datasets,
     images,
+    isolation,
     lifecycle,
     pipelines,
     queue,
@@ -212,6 +213,7 @@ def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
             existing = _find_by_key(session, user, req.idempotency_key)
             assert existing is not None  # the same snapshot
             return _replay(session, existing, req)
+        isolation.require_separation(rt, conn, user)
         context = admission_context(rt, conn, user)
         have = blobs.owned(conn, user, digests)
         extents = packs.locate(conn, digests)

@@ -1,0 +1,222 @@
+"""Two members' jobs on a root server with default settings: each run has a uid of its own, and B's
+job, knowing everything about A's run, can neither read, signal nor change it.
+
+A real embedded server as root, its home and storage in a world-traversable folder under /var/tmp
+(as a lab's /srv/starforge would be), no ``job_user``: each attempt takes a uid of the server's
+range. A's job waits on a gate file the test creates while B's job tries, from the inside, what a
+curious or compromised member would; then A's job finishes and its run succeeds intact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from starforge.cli.main import main
+from starforge.client import config
+from starforge.project import experiments
+from starforge.project.lab import Lab
+from tests.conftest import Result, commit_all
+from tests.integration.conftest import wait_for
+from tests.integration.test_lifecycle import wait_until
+
+from .test_job_isolation import IMAGE, as_root, probes
+
+RANGE = (61184, 64511)  # the default job_uid_range
+VICTIM = """#!/usr/bin/env bash
+set -u
+echo "probe: uid=$(id -u) gid=$(id -g)"
+echo "probe: data=$(cat "$FORGE_TRAIN_DATA")"
+echo "$FORGE_RUN_ID $$" > "$FORGE_OUT_DIR/pid"
+while [[ ! -e "{gates}/$FORGE_RUN_ID" ]]; do sleep 0.05; done
+echo "probe: intact=$(sha256sum < "$FORGE_EXP_DIR/train.sh" | cut -c1-12)"
+echo "victory" > "$FORGE_OUT_DIR/result.txt"
+"""
+ATTACKER = """#!/usr/bin/env bash
+set -u
+source "$FORGE_EXP_DIR/target.env"
+echo "probe: uid=$(id -u) gid=$(id -g)"
+try() { if eval "$2" >/dev/null 2>&1; then echo "probe: $1=YES"; else echo "probe: $1=no"; fi; }
+try environ "grep -q TOKEN /proc/$VICTIM_PID/environ"
+try secret-file "cat $VICTIM_SECRET_FILE"
+try package "cat $VICTIM_WORK/experiments/victim/train.sh"
+try rewrite "echo 'echo bob says done' > $VICTIM_WORK/experiments/victim/train.sh"
+try out "ls $VICTIM_OUT"
+try logs "cat $VICTIM_RUN/logs/attempt-1.log"
+try kill "kill -9 $VICTIM_PID"
+try blobs "ls $FORGE_STORAGE_ROOT/blobs"
+try cache "cat $FORGE_STORAGE_ROOT/cache/datasets/alice/private-set/v1/rows.jsonl"
+try data-view "cat $VICTIM_DATA"
+try hf-cache "touch $FORGE_STORAGE_ROOT/cache/hf/poison"
+try uids "ls $FORGE_STORAGE_ROOT/uids"
+echo "probe: hf-home=$HF_HOME"
+"""
+
+
+@pytest.fixture
+def open_root() -> Iterator[Path]:
+    base = Path(tempfile.mkdtemp(prefix="sf-identities-", dir="/var/tmp"))
+    base.chmod(0o755)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def team_server(open_root: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A root server with the defaults a lab would keep: no job_user, isolation auto."""
+    home = open_root / "home"
+    home.mkdir()
+    (home / "server.yaml").write_text(yaml.safe_dump({"storage_root": str(open_root / "st")}))
+    monkeypatch.setenv("STARFORGE_HOME", str(home))
+    for key in ("STARFORGE_SERVER", "STARFORGE_JOB_USER", "STARFORGE_ISOLATION"):
+        monkeypatch.delenv(key, raising=False)
+    assert main(["server", "start"]) == 0
+    yield home
+    main(["server", "stop"])
+
+
+class Member:
+    def __init__(self, sf: Callable[..., Result], mp: pytest.MonkeyPatch, token: str) -> None:
+        self.sf, self.mp, self.token = sf, mp, token
+        info = config.read_server_file()
+        assert info is not None
+        self.url = str(info["url"])
+
+    def __call__(self, *args: str, cwd: Path | None = None) -> Result:
+        self.mp.setenv("STARFORGE_SERVER", self.url)
+        self.mp.setenv("STARFORGE_TOKEN", self.token)
+        try:
+            return self.sf(*args, cwd=cwd)
+        finally:
+            self.mp.delenv("STARFORGE_SERVER")
+            self.mp.delenv("STARFORGE_TOKEN")
+
+
+def member(sf: Callable[..., Result], mp: pytest.MonkeyPatch, name: str) -> Member:
+    got = sf("admin", "user", "add", name, "--role", "member", "--json")
+    assert got.code == 0, got.err
+    return Member(sf, mp, str(got.json()["token"]))  # type: ignore[index, call-overload]
+
+
+def job_lab(new_lab: Callable[..., Lab], name: str, script: str, extra: dict[str, str]) -> Lab:
+    made = new_lab(f"{name}-lab")
+    experiments.new_experiment(made, name, "custom/custom")
+    folder = made.root / "experiments" / name
+    (folder / "train.sh").write_text(script)
+    config_yaml = "starforge:\n  observability: platform\n"
+    if name == "victim":
+        config_yaml += "secrets:\n  - {name: KEY_PEM, as: file}\n  - {name: HF_TOKEN, as: env}\n"
+        config_yaml += "data:\n  train:\n    dataset: alice/private-set@v1\n"
+    (folder / "config.yaml").write_text(config_yaml)
+    for path, text in extra.items():
+        (folder / path).write_text(text)
+    commit_all(made.root, f"add {name}")
+    return made
+
+
+def submit(who: Member, lab: Lab, exp: str, *extra: str) -> str:
+    args = ["--profile", "h200:1", "--image", IMAGE, "--json", *extra]
+    got = who("submit", exp, *args, cwd=lab.root)
+    assert got.code == 0, got.err
+    return str(got.json()["run_id"])  # type: ignore[index, call-overload]
+
+
+def ids(probe: str) -> tuple[int, int]:
+    """(uid, gid) from ``uid=U gid=G`` (the probe line after its first ``=``)."""
+    uid, gid = probe.split()
+    return int(uid), int(gid.removeprefix("gid="))
+
+
+def log_of(who: Member, run_id: str) -> str:
+    return who("job", "logs", run_id, "-n", "0", "--no-follow").out
+
+
+@pytest.mark.integration
+@as_root
+def test_two_members_jobs_run_under_uids_of_their_own_and_cannot_reach_each_other(
+    team_server: Path,
+    open_root: Path,
+    sf: Callable[..., Result],
+    new_lab: Callable[..., Lab],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    monkeypatch.setenv("STARFORGE_HOME", str(team_server))
+    alice, bob = member(sf, monkeypatch, "alice"), member(sf, monkeypatch, "bob")
+    pem = tmp_path / "key.pem"
+    pem.write_text("alice's private key\n")
+    assert alice("secret", "set", "KEY_PEM", "--from-file", str(pem)).code == 0
+    hf = tmp_path / "hf"
+    hf.write_text("hf_alice_token_3e5f\n")
+    assert alice("secret", "set", "HF_TOKEN", "--from-file", str(hf)).code == 0
+    gates = open_root / "gates"
+    gates.mkdir(mode=0o755)
+    rows = tmp_path / "private-set"
+    rows.mkdir()
+    (rows / "rows.jsonl").write_text('{"row": "alice unreleased"}\n')
+    assert alice("dataset", "push", "private-set", "v1", str(rows)).code == 0
+    lab = job_lab(new_lab, "victim", VICTIM.format(gates=gates), {})
+    victim = submit(alice, lab, "victim", "--train-data", "rows.jsonl")
+
+    def pid_file() -> Path | None:
+        found = list((open_root / "st").glob(f"runs/alice/*/victim/{victim}/out/pid"))
+        return found[0] if found else None
+
+    wait_for(alice, victim, {"running"})
+    wait_until(lambda: pid_file() is not None, "the victim's first line of work")
+    out = pid_file()
+    assert out is not None
+    run_dir = out.parent.parent
+    _, pid = out.read_text().split()
+    secret_file = next(
+        entry.split("=", 1)[1]
+        for entry in Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
+        if entry.startswith("KEY_PEM_FILE=")
+    )
+    target = {
+        "VICTIM_PID": pid,
+        "VICTIM_SECRET_FILE": secret_file,
+        "VICTIM_RUN": str(run_dir),
+        "VICTIM_WORK": str(run_dir / "work"),
+        "VICTIM_OUT": str(run_dir / "out"),
+        "VICTIM_DATA": str(run_dir / "datasets" / "alice" / "private-set" / "v1" / "rows.jsonl"),
+    }
+    env = "".join(f"{k}={v}\n" for k, v in target.items())
+    attacker = submit(bob, job_lab(new_lab, "attacker", ATTACKER, {"target.env": env}), "attacker")
+    assert wait_for(bob, attacker, {"succeeded", "failed"})["status"] == "succeeded"
+    seen = probes(log_of(bob, attacker))
+
+    (gates / victim).touch()
+    view = wait_for(alice, victim, {"succeeded", "failed"})
+    victim_log = log_of(alice, victim)
+    assert view["status"] == "succeeded", victim_log
+    mine = probes(victim_log)
+    (a_uid, a_gid), (b_uid, b_gid) = ids(mine["uid"]), ids(seen["uid"])
+    assert a_uid != b_uid and all(RANGE[0] <= u <= RANGE[1] for u in (a_uid, b_uid))
+    assert a_gid != b_gid  # each member's group
+    assert {k: v for k, v in seen.items() if k not in {"uid", "hf-home"}} == {
+        "environ": "no",
+        "secret-file": "no",
+        "package": "no",
+        "rewrite": "no",
+        "out": "no",
+        "logs": "no",
+        "kill": "no",
+        "blobs": "no",
+        "cache": "no",
+        "data-view": "no",
+        "hf-cache": "no",
+        "uids": "no",
+    }, seen
+    assert seen["hf-home"].endswith("/out/.starforge/hf")  # B's own, inside B's run
+    expected = VICTIM.format(gates=gates).encode()
+    assert mine["intact"] == hashlib.sha256(expected).hexdigest()[:12]
+    assert (run_dir / "out" / "result.txt").read_text() == "victory\n"
+    # A read its own admitted version, through its own view of the (closed) cache.
+    assert mine["data"] == '{"row": "alice unreleased"}'
