@@ -220,3 +220,43 @@ def test_two_members_jobs_run_under_uids_of_their_own_and_cannot_reach_each_othe
     assert (run_dir / "out" / "result.txt").read_text() == "victory\n"
     # A read its own admitted version, through its own view of the (closed) cache.
     assert mine["data"] == '{"row": "alice unreleased"}'
+
+
+RESUMABLE = """#!/usr/bin/env bash
+set -eu
+echo "probe: attempt$FORGE_ATTEMPT=$(id -u)"
+if [[ "$FORGE_ATTEMPT" == 1 ]]; then
+    echo "state of attempt 1" > "$FORGE_OUT_DIR/checkpoint.txt"
+    exit 3
+fi
+echo "probe: found=$(cat "$FORGE_OUT_DIR/checkpoint.txt")"
+echo "and attempt 2" >> "$FORGE_OUT_DIR/checkpoint.txt"
+"""
+
+
+@pytest.mark.integration
+@as_root
+def test_a_retried_run_reads_what_its_earlier_attempt_wrote_under_another_uid(
+    team_server: Path,
+    open_root: Path,
+    sf: Callable[..., Result],
+    new_lab: Callable[..., Lab],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("STARFORGE_HOME", str(team_server))
+    alice = member(sf, monkeypatch, "alice")
+    run_id = submit(alice, job_lab(new_lab, "resumable", RESUMABLE, {}), "resumable")
+    assert wait_for(alice, run_id, {"succeeded", "failed"})["status"] == "failed"
+    (out,) = (open_root / "st").glob(f"runs/alice/*/resumable/{run_id}/out")
+    # Taken back from the attempt's uid: root's, read by the member's group, written by no job.
+    assert (out.stat().st_uid, oct(out.stat().st_mode & 0o777)) == (0, "0o750")
+    assert (out / "checkpoint.txt").stat().st_uid == 0
+    assert alice("job", "retry", run_id, "--json").code == 0
+    view = wait_for(alice, run_id, {"succeeded", "failed"}, timeout=120)
+    log = log_of(alice, run_id)
+    assert view["status"] == "succeeded", log
+    found = probes(log)
+    assert found["found"] == "state of attempt 1"
+    assert all(RANGE[0] <= int(found[f"attempt{n}"]) <= RANGE[1] for n in (1, 2))
+    assert (out / "checkpoint.txt").read_text() == "state of attempt 1\nand attempt 2\n"
+    assert not list((open_root / "st" / "uids").glob("6*"))  # every uid given back
