@@ -6,7 +6,8 @@ registers the local user when embedded, and runs the scheduler and reconciler lo
 tasks for as long as the app serves, in the one process that leads (``loops/leader``: always on
 SQLite; elected among the processes on PostgreSQL). Stopping the app cancels the loops only:
 runners are separate process groups and keep running. Every request body is bounded by
-:class:`starforge.server.api.bodies.BodyLimit` before a route reads it.
+:class:`starforge.server.api.bodies.BodyLimit`, and every request authenticated from its headers
+by :class:`starforge.server.api.gate.Gatekeeper`, before a route reads a byte of it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from starforge.server.api import (
     datasets,
     deps,
     errors,
+    gate,
     images,
     ingest,
     labops,
@@ -126,20 +128,21 @@ def create_app(
 
     app = FastAPI(title="StarForge", version=__version__, lifespan=lifespan)
     errors.install(app)
+    app.add_middleware(gate.Gatekeeper, api=app)  # inside BodyLimit: a declared 413 costs no read
     app.add_middleware(
         bodies.BodyLimit, limit=lambda method, path: bodies.limit_for(settings, method, path)
     )
-    gate = [Depends(deps.check_client_version)]
+    version_gate = [Depends(deps.check_client_version)]
     for module in (meta, blobs, runs, lifecycle, ingest, stream):
-        app.include_router(module.router, prefix=API_PREFIX, dependencies=gate)
-    app.include_router(cluster.router, prefix=API_PREFIX, dependencies=gate)
-    app.include_router(auth.router, prefix=API_PREFIX, dependencies=gate)
-    app.include_router(images.router, prefix=API_PREFIX, dependencies=gate)
-    app.include_router(secrets_api.router, prefix=API_PREFIX, dependencies=gate)
-    app.include_router(sweeps.router, prefix=API_PREFIX, dependencies=gate)
-    app.include_router(labops.router, prefix=API_PREFIX, dependencies=gate)
-    app.include_router(pipelines.router, prefix=API_PREFIX, dependencies=gate)
-    app.include_router(datasets.router, prefix=API_PREFIX, dependencies=gate)
+        app.include_router(module.router, prefix=API_PREFIX, dependencies=version_gate)
+    app.include_router(cluster.router, prefix=API_PREFIX, dependencies=version_gate)
+    app.include_router(auth.router, prefix=API_PREFIX, dependencies=version_gate)
+    app.include_router(images.router, prefix=API_PREFIX, dependencies=version_gate)
+    app.include_router(secrets_api.router, prefix=API_PREFIX, dependencies=version_gate)
+    app.include_router(sweeps.router, prefix=API_PREFIX, dependencies=version_gate)
+    app.include_router(labops.router, prefix=API_PREFIX, dependencies=version_gate)
+    app.include_router(pipelines.router, prefix=API_PREFIX, dependencies=version_gate)
+    app.include_router(datasets.router, prefix=API_PREFIX, dependencies=version_gate)
     console.install(app)
     install_openapi(app)
     return app

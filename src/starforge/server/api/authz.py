@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any
 
-from fastapi import Depends, Header
+from fastapi import Depends, Header, Request
+from starlette.concurrency import run_in_threadpool
 
 from starforge.contract.auth import Role
 from starforge.contract.errors import Forbidden
@@ -79,10 +80,9 @@ _WHAT = {
 }
 
 
-def check(rule: Rule, rt: Runtime, authorization: str | None) -> users.Caller:
-    """The caller named by ``authorization`` if ``rule`` lets them in; 401 or 403 otherwise."""
+def permit(rule: Rule, caller: users.Caller) -> users.Caller:
+    """``caller`` if ``rule`` lets them in; 403 otherwise (no I/O: the caller is known)."""
     need = rule.role or Role.VIEWER
-    caller = users.authenticate_request(rt, authorization)
     if caller.console_only and rule not in CONSOLE_RULES:
         raise Forbidden(
             f"a console link's token only reads; {rule.action.replace('-', ' ')} needs one "
@@ -100,48 +100,38 @@ def check(rule: Rule, rt: Runtime, authorization: str | None) -> users.Caller:
     return caller
 
 
-def _user_dependency(rule: Rule) -> Callable[..., users.Caller]:
-    def authorized(
-        rt: RuntimeDep, authorization: Annotated[str | None, Header()] = None
+def check(rule: Rule, rt: Runtime, authorization: str | None) -> users.Caller:
+    """The caller named by ``authorization`` if ``rule`` lets them in; 401 or 403 otherwise."""
+    return permit(rule, users.authenticate_request(rt, authorization))
+
+
+CALLER_KEY = "starforge.caller"  # in the request's scope state: who :mod:`.gate` let in
+
+
+def _user_dependency(rule: Rule) -> Callable[..., Awaitable[users.Caller]]:
+    async def authorized(
+        request: Request, rt: RuntimeDep, authorization: Annotated[str | None, Header()] = None
     ) -> users.Caller:
-        return check(rule, rt, authorization)
+        known = request.scope.get("state", {}).get(CALLER_KEY)
+        if known is not None:  # authenticated by the gate before the body was read
+            return permit(rule, known)
+        return await run_in_threadpool(check, rule, rt, authorization)
 
     return authorized
 
 
-@dataclass(frozen=True)
-class Credentials:
-    """A request's credentials, checked against the route's rule by the route itself.
-
-    A plain dependency that reads the database runs in a worker thread of its own before the
-    route's; a route on the hot path (``POST /jobs``) takes these instead and calls
-    :meth:`caller` first thing in its own worker thread: one hand-over per request, not two.
-    The check is :func:`check`, the same as every other route's. Only a request with no
-    bearer token at all is refused before the route runs (401): that needs no database."""
-
-    rule: Rule
-    rt: Runtime
-    authorization: str | None
-
-    def caller(self) -> users.Caller:
-        return check(self.rule, self.rt, self.authorization)
+RunnerCheck = Callable[[Runtime, str, "str | None"], None]
 
 
-def authorize_in_route(rule: Rule) -> Any:
-    """The dependency that gives a route :class:`Credentials` for ``rule`` (a user rule)."""
-    assert rule.who is Who.USER
-    if (rule, Credentials) not in _DEPENDENCIES:
+def _runner_dependency(token_check: RunnerCheck) -> Callable[[], Awaitable[None]]:
+    """The runner rule with the check of its run token (``token_check(rt, run_id, token)``),
+    which the gate runs from the headers before the body is read."""
 
-        async def credentials(
-            rt: RuntimeDep, authorization: Annotated[str | None, Header()] = None
-        ) -> Credentials:
-            users.require_bearer(authorization)
-            return Credentials(rule, rt, authorization)
+    async def runner() -> None:
+        return None
 
-        credentials.authz_rule = rule  # type: ignore[attr-defined]
-        credentials.__name__ = f"credentials_{rule.action.replace('-', '_')}"
-        _DEPENDENCIES[(rule, Credentials)] = Depends(credentials)
-    return _DEPENDENCIES[(rule, Credentials)]
+    runner.token_check = token_check  # type: ignore[attr-defined]
+    return runner
 
 
 def _no_user() -> Callable[[], Awaitable[None]]:
@@ -154,17 +144,30 @@ def _no_user() -> Callable[[], Awaitable[None]]:
     return nobody
 
 
-_DEPENDENCIES: dict[Rule | tuple[Rule, type], Any] = {}
+_DEPENDENCIES: dict[Rule | RunnerCheck, Any] = {}
 
 
 def authorize(rule: Rule) -> Any:
-    """The route's dependency for ``rule`` (one per rule, so FastAPI runs it once a request)."""
+    """The route's dependency for ``rule`` (one per rule, so FastAPI runs it once a request).
+    The runner rule takes :func:`runner` instead: it names how its token is checked."""
+    assert rule.who is not Who.RUNNER, "a runner route declares authz.runner(token_check)"
     if rule not in _DEPENDENCIES:
         call: Callable[..., Any] = _user_dependency(rule) if rule.who is Who.USER else _no_user()
         call.authz_rule = rule  # type: ignore[attr-defined]
         call.__name__ = f"authorize_{rule.action.replace('-', '_')}"
         _DEPENDENCIES[rule] = Depends(call)
     return _DEPENDENCIES[rule]
+
+
+def runner(token_check: RunnerCheck) -> Any:
+    """The dependency of a runner route whose run token ``token_check`` verifies (it raises
+    401/403/404 for a request that may not reach the run in the path's ``run_id``)."""
+    if token_check not in _DEPENDENCIES:
+        call = _runner_dependency(token_check)
+        call.authz_rule = RUNNER  # type: ignore[attr-defined]
+        call.__name__ = f"authorize_runner_{token_check.__module__.rsplit('.', 1)[-1]}"
+        _DEPENDENCIES[token_check] = Depends(call)
+    return _DEPENDENCIES[token_check]
 
 
 # The calling user under each rule, for route signatures: ``user: ReadRun``.
@@ -175,5 +178,3 @@ ManageSelf = Annotated[users.Caller, authorize(MANAGE_SELF)]
 Submitter = Annotated[users.Caller, authorize(SUBMIT)]
 ActOnRun = Annotated[users.Caller, authorize(ACT_ON_RUN)]
 Admin = Annotated[users.Caller, authorize(ADMINISTER)]
-# The submit rule's credentials, checked in the route's own worker thread (Credentials).
-SubmitterCredentials = Annotated[Credentials, authorize_in_route(SUBMIT)]

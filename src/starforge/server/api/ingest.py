@@ -1,12 +1,13 @@
 """Metrics: the job's ingest endpoint (run token) and the user's queries (bearer token).
 
 Ingest checks, in this order and before it reads a byte of the body: the run exists, the token
-is the run's current one, the run has not ended, and the body is declared JSON (415 otherwise:
-a browser's no-preflight ``text/plain`` POST is never parsed). The body is then read up to the
-configured ``max_ingest_bytes`` (:mod:`starforge.server.api.bodies` cuts it there with a 413),
-parsed straight from its bytes by pydantic's JSON parser (one pass, no intermediate Python
-objects), and written in a worker thread so a large batch never stalls the event loop that
-serves log streams.
+is the run's current one, the run has not ended (:func:`metrics.authorize`, which the gate runs
+from the headers: :mod:`starforge.server.api.gate`), and the body is declared JSON (415
+otherwise: a browser's no-preflight ``text/plain`` POST is never parsed). The body is then read up
+to the configured ``max_ingest_bytes`` (:mod:`starforge.server.api.bodies` cuts it there with a
+413), parsed straight from its bytes by pydantic's JSON parser (one pass, no intermediate Python
+objects; a large batch in a worker thread, :func:`bodies.parse_json`), and written in a worker
+thread, so a large batch never stalls the event loop that serves log streams.
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ import asyncio
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request
-from fastapi.exceptions import RequestValidationError
-from pydantic import ValidationError
 
 from starforge.contract.api import (
     RUN_TOKEN_HEADER,
@@ -26,29 +25,25 @@ from starforge.contract.api import (
     ProgressList,
     RunMetaView,
 )
-from starforge.server.api.authz import RUNNER, Reader, ReadRun, authorize
-from starforge.server.api.bodies import require_json
+from starforge.server.api.authz import Reader, ReadRun, runner
+from starforge.server.api.bodies import parse_json, require_json
 from starforge.server.api.deps import RuntimeDep
-from starforge.server.api.errors import validation_error
 from starforge.server.services import metrics
 
 router = APIRouter()
 
 
-@router.post("/runs/{run_id}/ingest", response_model=IngestAck, dependencies=[authorize(RUNNER)])
+@router.post(
+    "/runs/{run_id}/ingest", response_model=IngestAck, dependencies=[runner(metrics.authorize)]
+)
 async def ingest(
     run_id: str,
     request: Request,
     rt: RuntimeDep,
     token: Annotated[str | None, Header(alias=RUN_TOKEN_HEADER)] = None,
 ) -> IngestAck:
-    await asyncio.to_thread(metrics.authorize, rt, run_id, token)
-    require_json(request.headers.get("content-type"))
-    raw = await request.body()
-    try:
-        body = IngestRequest.model_validate_json(raw)
-    except ValidationError as exc:
-        raise validation_error(RequestValidationError(exc.errors())) from None
+    require_json(request.headers.get("content-type"))  # the token was checked by the gate
+    body = await parse_json(IngestRequest, await request.body())
     return await asyncio.to_thread(metrics.ingest, rt, run_id, token, body)
 
 

@@ -1,4 +1,5 @@
-"""The runners' endpoint: lifecycle events, authenticated with the run's own token."""
+"""The runners' endpoint: lifecycle events, authenticated with the run's own token (by the gate,
+:mod:`starforge.server.api.gate`, before the body is read; again in the event's transaction)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from starforge.contract.api import (
     LifecycleBatchAck,
     LifecycleEvent,
 )
-from starforge.server.api.authz import RUNNER, authorize
+from starforge.server.api.authz import runner
 from starforge.server.runtime import Runtime
 from starforge.server.services import lifecycle
 
@@ -28,7 +29,9 @@ def _runtime(request: Request) -> Runtime:
 
 
 @router.post(
-    "/runs/{run_id}/lifecycle", response_model=LifecycleAck, dependencies=[authorize(RUNNER)]
+    "/runs/{run_id}/lifecycle",
+    response_model=LifecycleAck,
+    dependencies=[runner(lifecycle.authorize)],
 )
 def post_event(
     run_id: str,
@@ -43,7 +46,7 @@ def post_event(
 @router.post(
     "/runs/{run_id}/lifecycle/batch",
     response_model=LifecycleBatchAck,
-    dependencies=[authorize(RUNNER)],
+    dependencies=[runner(lifecycle.authorize)],
 )
 def post_events(
     run_id: str,

@@ -18,7 +18,7 @@ from starforge.contract.api import (
     SubmitResponse,
 )
 from starforge.contract.states import JobStatus
-from starforge.server.api.authz import ActOnRun, Reader, ReadRun, SubmitterCredentials
+from starforge.server.api.authz import ActOnRun, Reader, ReadRun, Submitter
 from starforge.server.api.deps import RuntimeDep
 from starforge.server.services import actions, jobs, logs
 
@@ -29,9 +29,9 @@ router = APIRouter()
 
 
 @router.post("/jobs", response_model=SubmitResponse, status_code=201)
-def submit(body: SubmitRequest, rt: RuntimeDep, credentials: SubmitterCredentials) -> Response:
-    """201 with the new run, or 200 with the run an earlier request with the key made."""
-    user = credentials.caller()  # the submit rule, checked in this worker thread
+def submit(body: SubmitRequest, rt: RuntimeDep, user: Submitter) -> Response:
+    """201 with the new run, or 200 with the run an earlier request with the key made (the
+    caller was authenticated by the gate before the body was read)."""
     result = jobs.submit(rt, user, body)
     # Encoded here, once: given a model, FastAPI would validate it against response_model
     # again and encode it in two steps, on the event loop.

@@ -18,8 +18,9 @@ from starforge.contract.secrets import (
     SecretRemoved,
     SecretSet,
 )
-from starforge.server.api.authz import RUNNER, Admin, ManageSelf, ReadSelf, authorize
+from starforge.server.api.authz import Admin, ManageSelf, ReadSelf, runner
 from starforge.server.api.deps import RuntimeDep
+from starforge.server.services import lifecycle as run_lifecycle
 from starforge.server.services import secrets
 
 router = APIRouter()
@@ -48,7 +49,11 @@ def rotate_key(rt: RuntimeDep, _: Admin) -> KeyRotated:
     return secrets.rotate(rt)
 
 
-@router.post("/runs/{run_id}/secrets", response_model=RunSecrets, dependencies=[authorize(RUNNER)])
+@router.post(
+    "/runs/{run_id}/secrets",
+    response_model=RunSecrets,
+    dependencies=[runner(run_lifecycle.authorize)],  # the runner's token, checked by the gate
+)
 def run_secrets(
     run_id: str,
     body: RunSecretsRequest,

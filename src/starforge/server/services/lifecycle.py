@@ -20,6 +20,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from starforge.catalog.loader import get_method
@@ -30,6 +31,7 @@ from starforge.contract.errors import Forbidden, RunNotFound, StarForgeError, Un
 from starforge.contract.nodes import NodeRecord
 from starforge.contract.states import EndReason, JobStatus, NodeEvent
 from starforge.server import statemachine
+from starforge.server.db.engine import read_only
 from starforge.server.db.models import Attempt, Run, utcnow
 from starforge.server.executors.base import SupportsKill
 from starforge.server.runtime import Runtime
@@ -127,15 +129,31 @@ class Outcome:
 def check_run_token(run: Run, token: str | None) -> None:
     """Lifecycle events take the runner's token only: the job's (its STARFORGE_TOKEN) is refused,
     so a job cannot report its own run finished while it still runs."""
+    _check_run_digest(run.id, run.run_token_sha256, token)
+
+
+def _check_run_digest(run_id: str, digest: str | None, token: str | None) -> None:
     if not token:
         raise Unauthorized("the lifecycle endpoint needs the run token header")
-    if run.run_token_sha256 is None or not hmac.compare_digest(
-        run.run_token_sha256, token_digest(token)
-    ):
+    if digest is None or not hmac.compare_digest(digest, token_digest(token)):
         raise Forbidden(
-            f"this token is not valid for run {run.id}",
+            f"this token is not valid for run {run_id}",
             hint="lifecycle events come from the run's runner; a job reports metrics only",
         )
+
+
+def authorize(rt: Runtime, run_id: str, token: str | None) -> None:
+    """Refuse a request that is not from ``run_id``'s runner, before its body is read (the API's
+    gate runs this from the headers; :func:`handle_many` checks again in its transaction)."""
+    if not token:
+        raise Unauthorized("the lifecycle endpoint needs the run token header")
+    with read_only(rt.engine) as conn:
+        row = conn.execute(
+            select(Run.id, Run.run_token_sha256).where(Run.id == run_id)
+        ).one_or_none()
+    if row is None:
+        raise RunNotFound(f"no run {run_id}")
+    _check_run_digest(run_id, row.run_token_sha256, token)
 
 
 # ---- auto-retry --------------------------------------------------------------------------------
