@@ -1,17 +1,24 @@
-"""Benchmark of the ingest's refusal of a huge unauthenticated body; prints one JSON document.
+"""Benchmark of the refusal of huge unauthenticated bodies; prints one JSON document.
 
-One real server (``python -m starforge.server`` in a fresh home, on 127.0.0.1). The attack of
-issue 10: ``POST /api/v1/runs/{id}/ingest`` with 152 MB and no token, sent by a raw socket that
-pushes the body as fast as the server takes it while reading the answer.
+One real server (``python -m starforge.server`` in a fresh home, on 127.0.0.1). Each attack is
+sent by a raw socket that pushes the body as fast as the server takes it while reading the
+answer, while a prober asks ``GET /api/v1/health`` over and over on a connection of its own.
 
-* ``seconds``: from the request's headers sent to the whole answer read (streamed body, no
-  length declared: refused on the missing token). Aim: under 0.1 s (it was 64 s).
-* ``declared_seconds``: the same with ``Content-Length: 152 MB`` (refused from the header).
-* ``rss_before`` / ``rss_after``: the server's resident memory (KiB, ``/proc/<pid>/status``)
-  before and after both attacks. Aim: unchanged (it peaked at 6.8 GB and kept 3.5 GB).
+``submit`` (issue 29): ``POST /api/v1/jobs`` with a 60 MB JSON body (under the route's 64 MB
+limit) and no token, declared (``Content-Length``), streamed (chunked) and with a wrong bearer
+token. ``ingest`` (issue 10): ``POST /api/v1/runs/{id}/ingest`` with 152 MB and no token,
+streamed, then declared (refused from the header: over the ingest limit).
+
+* ``seconds``: the slowest of ``--rounds`` tries, from the request's headers sent to the whole
+  answer read. Aim: under 0.05 s for the submit (a 66 MB array took seconds and 1.7 GB), under
+  0.1 s for the ingest (was 64 s).
 * ``sent_bytes``: how much of the body the server's socket took before the answer.
+* ``rss_before`` / ``rss_after``: the server's resident memory (KiB, ``/proc/<pid>/status``)
+  before and after all the attacks. Aim: unchanged.
+* ``health``: ``/health`` latency (ms) idle, then during the attacks (median, max, count).
+  Aim: the same (it stalled 6.4 s).
 
-Usage: .venv/bin/python bench/security.py [--mb 152]
+Usage: .venv/bin/python bench/security.py [--submit-mb 60] [--ingest-mb 152] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -20,11 +27,15 @@ import argparse
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+
+import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the raw attack client lives with the security tests
@@ -59,39 +70,100 @@ def start_server(home: Path) -> tuple[subprocess.Popen[bytes], str]:
     return proc, str(json.loads(info.read_text())["url"])
 
 
+class HealthProbe:
+    """``GET /health`` in a loop on its own connection, each answer's latency kept (ms)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.ms: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with httpx.Client(base_url=self.url, timeout=60) as http:
+            while not self._stop.is_set():
+                began = time.perf_counter()
+                http.get("/api/v1/health").raise_for_status()
+                self.ms.append((time.perf_counter() - began) * 1000)
+                time.sleep(0.002)
+
+    def __enter__(self) -> HealthProbe:
+        self._thread.start()
+        while not self.ms and self._thread.is_alive():  # probing before the attacks begin
+            time.sleep(0.001)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+
+    def figures(self) -> dict[str, float]:
+        ms = self.ms or [0.0]
+        return {
+            "median_ms": round(statistics.median(ms), 2),
+            "max_ms": round(max(ms), 2),
+            "count": len(self.ms),
+        }
+
+
+def figures(answer: attack.Answer) -> dict[str, object]:
+    return {"status": answer.status, "seconds": round(answer.seconds, 4), "sent_bytes": answer.sent}
+
+
+def attacks(url: str, submit_mb: int, ingest_mb: int) -> dict[str, dict[str, object]]:
+    jobs, ingest = "/api/v1/jobs", "/api/v1/runs/r-0000000000/ingest"
+    as_json = {"Content-Type": "application/json"}
+    as_text = {"Content-Type": "text/plain"}
+    wrong = {**as_json, "Authorization": "Bearer not-a-token-of-anyone"}
+    return {
+        "submit_declared": figures(attack.post(url, jobs, total=submit_mb * MB, headers=as_json)),
+        "submit_chunked": figures(
+            attack.post(url, jobs, total=submit_mb * MB, headers=as_json, chunked=True)
+        ),
+        "submit_wrong_token": figures(attack.post(url, jobs, total=submit_mb * MB, headers=wrong)),
+        "ingest_chunked": figures(
+            attack.post(url, ingest, total=ingest_mb * MB, chunked=True, headers=as_text)
+        ),
+        "ingest_declared": figures(attack.post(url, ingest, total=ingest_mb * MB)),
+    }
+
+
+def worst(name: str, rounds: list[dict[str, dict[str, object]]]) -> dict[str, object]:
+    """The slowest round's figures of one attack (every round's status must agree)."""
+    statuses = {r[name]["status"] for r in rounds}
+    slowest = max(rounds, key=lambda r: float(r[name]["seconds"]))  # type: ignore[arg-type]
+    return {**slowest[name], "statuses": sorted(statuses)}  # type: ignore[type-var]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--mb", type=int, default=152)
+    parser.add_argument("--submit-mb", type=int, default=60)
+    parser.add_argument("--ingest-mb", type=int, default=152)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    path = "/api/v1/runs/r-0000000000/ingest"
     with tempfile.TemporaryDirectory() as tmp:
         proc, url = start_server(Path(tmp))
         try:
-            attack.post(url, path, total=1, chunked=True)  # warm the code path once
+            attacks(url, 1, 1)  # warm every code path once
+            with HealthProbe(url) as idle:
+                time.sleep(1.0)
             before = rss_kib(proc.pid)
-            streamed = attack.post(
-                url, path, total=args.mb * MB, chunked=True, headers={"Content-Type": "text/plain"}
-            )
-            declared = attack.post(url, path, total=args.mb * MB)
+            with HealthProbe(url) as during:
+                rounds = [attacks(url, args.submit_mb, args.ingest_mb) for _ in range(args.rounds)]
             after = rss_kib(proc.pid)
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=30)
-    print(
-        json.dumps(
-            {
-                "body_mb": args.mb,
-                "status": streamed.status,
-                "seconds": round(streamed.seconds, 4),
-                "declared_status": declared.status,
-                "declared_seconds": round(declared.seconds, 4),
-                "sent_bytes": streamed.sent,
-                "rss_before": before,
-                "rss_after": after,
-            },
-            indent=2,
-        )
-    )
+    document = {
+        "submit_mb": args.submit_mb,
+        "ingest_mb": args.ingest_mb,
+        "rounds": args.rounds,
+        **{name: worst(name, rounds) for name in rounds[0]},
+        "rss_before": before,
+        "rss_after": after,
+        "health": {"idle": idle.figures(), "during_attacks": during.figures()},
+    }
+    print(json.dumps(document, indent=2))
 
 
 if __name__ == "__main__":
