@@ -31,10 +31,10 @@ def test_podman_argv_of_a_two_gpu_node_is_exactly_this() -> None:
     )
     assert podman_argv(spec) == [
         "podman", "run", "--name", "sf-r-0000000007-2-0", "--runtime", "runc", "--init",
-        "--network", "host",
+        "--network", "host", "--pid", "private", "--ipc", "private",
         "--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768",
         "--memory", "512m", "--memory-swap", "512m",
-        "--user", "65534:65534",
+        "--user", "65534:65534", "--cap-drop", "all", "--security-opt", "no-new-privileges",
         "--device", "nvidia.com/gpu=4", "--device", "nvidia.com/gpu=6",
         "-v", "/w/r7:/w/r7", "-v", "/pkg:/opt/p:ro",
         "-e", "B=2", "-e", "CUDA_VISIBLE_DEVICES=0,1", "-e", "FORGE_RUN_ID=r-0000000007",

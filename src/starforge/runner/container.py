@@ -16,11 +16,27 @@ Guarantees:
 - limits are the host's (podman's defaults ask for more than an unprivileged host may set);
 - ``starforge.report`` is importable in any image: the package is mounted read-only on
   ``PYTHONPATH``.
+
+Walls between runs (a root server, each attempt under a uid of its own: docs/containers.md):
+- the job runs as the run's uid and member group (``--user uid:gid``), with no capability and no
+  way to gain one (``--cap-drop all``, ``no-new-privileges``): a setuid-root program in the image
+  stays the run's uid (without them it would be root on the host, as podman runs as root with no
+  user namespace). No ``--userns``: the uid is already the run's alone, and a user namespace of
+  its own per attempt would make podman copy the image's files for each new mapping;
+- its own PID and IPC namespaces (pinned, whatever containers.conf says): no other run's process
+  is visible to it, so none can be read (``/proc``) or signalled;
+- the only host folders it sees are its run's ``work`` and ``out`` (its Hugging Face cache is
+  inside) and, read-only, its datasets (the run's own views), the parent artifacts of
+  ``--init-from``, the starforge package and the profile's mounts;
+- the job's token is not on podman's command line (which every host user may read in ``ps``):
+  ``-e STARFORGE_TOKEN`` names it, podman takes it from its own environment
+  (:func:`podman_env`).
 """
 
 from __future__ import annotations
 
 import resource
+import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +53,8 @@ MEMORY_ENV = "STARFORGE_CONTAINER_MEMORY"
 # ... and name host folders (comma-separated) mounted read-only at the same paths: a host Python
 # install, a shared dataset.
 MOUNTS_ENV = "STARFORGE_CONTAINER_MOUNTS"
+# Values podman takes from its own environment, not its argv (readable by every host user).
+HIDDEN_ENV = ("STARFORGE_TOKEN",)
 
 
 @dataclass(frozen=True)
@@ -85,11 +103,12 @@ def podman_argv(c: ContainerSpec) -> list[str]:
     """The ``podman run`` command line of one node (pure: a golden test holds its text)."""
     argv = ["podman", "run", "--name", c.name, "--runtime", RUNTIME, "--init"]
     argv += ["--network", "host"]  # the job reaches the server on 127.0.0.1
+    argv += ["--pid", "private", "--ipc", "private"]  # no other run's processes in sight
     argv += ["--ulimit", f"nofile={c.nofile}:{c.nofile}", "--ulimit", f"nproc={c.nproc}:{c.nproc}"]
     if c.memory:  # no swap beyond it: a job over its memory is killed, not slowed down
         argv += ["--memory", c.memory, "--memory-swap", c.memory]
-    if c.user:
-        argv += ["--user", c.user]
+    if c.user:  # the run's uid, which neither has nor can gain a capability
+        argv += ["--user", c.user, "--cap-drop", "all", "--security-opt", "no-new-privileges"]
     for gpu in c.gpus:
         argv += ["--device", f"nvidia.com/gpu={gpu}"]
     for m in c.mounts:
@@ -100,9 +119,21 @@ def podman_argv(c: ContainerSpec) -> list[str]:
     else:
         env.pop("CUDA_VISIBLE_DEVICES", None)
     for key in sorted(env):
-        argv += ["-e", f"{key}={env[key]}"]
+        argv += ["-e", key if key in HIDDEN_ENV else f"{key}={env[key]}"]
     argv += ["--workdir", c.cwd, c.image, *c.argv]
     return argv
+
+
+def podman_env(c: ContainerSpec) -> dict[str, str]:
+    """What podman's own environment must hold for :func:`podman_argv`: the values of the
+    :data:`HIDDEN_ENV` names it passes without their values."""
+    return {key: c.env[key] for key in HIDDEN_ENV if key in c.env}
+
+
+def host_gpus() -> bool:
+    """Whether this host has NVIDIA GPUs to inject. A host without (the virtual inventory:
+    jobs train on the CPU) injects none, as its jobs on the host see none."""
+    return shutil.which("nvidia-smi") is not None
 
 
 def report_mount() -> Mount:
@@ -181,6 +212,10 @@ def parent_artifact_mounts(b: Binding, env: dict[str, str]) -> list[Mount]:
     return [Mount(model, model, read_only=True)]
 
 
+def _inside(path: str, folders: list[str]) -> bool:
+    return any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders)
+
+
 def spec_for(
     b: Binding,
     *,
@@ -193,7 +228,9 @@ def spec_for(
     """The container of one node, from its binding and its compiled launch plan."""
     mounts = [Mount(b.work_dir, b.work_dir), Mount(b.out_dir, b.out_dir)]
     hf_home = env.get("HF_HOME", "")
-    if hf_home:
+    if hf_home and not _inside(hf_home, [b.work_dir, b.out_dir]):
+        # A cache shared by runs (a run of its own uid has its own, in its out folder: mounted
+        # already, and the job's to create).
         Path(hf_home).mkdir(parents=True, exist_ok=True)
         mounts.append(Mount(hf_home, hf_home))
     mounts.append(report_mount())
@@ -208,7 +245,7 @@ def spec_for(
         cwd=cwd,
         env=with_report_path(container_env(env, host_env)),
         mounts=mounts,
-        gpus=list(b.visible_devices),
+        gpus=list(b.visible_devices) if host_gpus() else [],
         nofile=nofile,
         nproc=nproc,
         user=user,

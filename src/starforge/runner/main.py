@@ -372,8 +372,10 @@ class Runner:
         self.container, self._program = spec.name, plan.argv[0]
         container.remove(spec.name)  # a container left by an earlier runner of this attempt
         self.say(f"inside the image {b.image} (podman, container {spec.name})")
-        # podman itself runs as the runner (root); the job's user is podman's --user.
-        return container.podman_argv(spec), plan.cwd, self._base_env(), {}
+        # podman itself runs as the runner (root); the job's user is podman's --user. The job's
+        # token reaches podman through its environment, never its argv (see container.py).
+        env = {**self._base_env(), **container.podman_env(spec)}
+        return container.podman_argv(spec), plan.cwd, env, {}
 
     def _container_end(self, code: int) -> EndReason | None:
         """Why the container ended, when it was not the job's own exit; removes it."""
