@@ -180,6 +180,7 @@ def call(client: TestClient, method: str, path: str, cell: Cell, submit: dict[st
         "PUT /admin/registries": {"entry": "ghcr.io/lab", "allowed": True},
         "POST /users": {"name": f"new-{next(_ids)}", "role": "member"},
         "PUT /users/{name}/role": {"role": "viewer"},
+        "PUT /users/{name}/unix": {"unix_user": None},
         "POST /tokens": {},
         "POST /runs/{run_id}/lifecycle": {"attempt": 1, "event": "running"},
         "POST /runs/{run_id}/lifecycle/batch": {"events": [{"attempt": 1, "event": "running"}]},

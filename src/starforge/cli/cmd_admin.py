@@ -1,5 +1,6 @@
-"""``sf admin user add|ls|set-role|disable|enable``, ``sf admin quota show|set``, ``sf admin image
-default|ls``, ``sf admin registry allow|deny|ls`` and ``sf admin secrets rotate-key``.
+"""``sf admin user add|ls|set-role|set-unix|disable|enable``, ``sf admin quota show|set``,
+``sf admin image default|ls``, ``sf admin registry allow|deny|ls`` and ``sf admin secrets
+rotate-key``.
 
 Only admins may call these; on the embedded server the local user is the admin. A new user's
 first token is printed once (``--json`` gives it as ``token``). A user an admin never set a quota
@@ -215,13 +216,34 @@ class RoleName(StrEnum):
 
 
 def _user_row(u: UserView) -> list[str]:
-    return [u.name, u.role.value, "disabled" if u.disabled else "active", str(u.tokens)]
+    state = "disabled" if u.disabled else "active"
+    return [u.name, u.role.value, state, str(u.tokens), u.unix_user or "-"]
+
+
+def _unix_user(value: str | None) -> str | None:
+    """A Unix account name as useradd takes it (refused here, before anything is sent)."""
+    from starforge.contract.auth import UNIX_USER_PATTERN
+
+    if value is not None and not re.fullmatch(UNIX_USER_PATTERN, value):
+        raise typer.BadParameter(
+            f"{value!r} is not a Unix account name (lower case letters, digits, _ and -, "
+            "32 characters at most)"
+        )
+    return value
 
 
 @user_app.command("add")
 def user_add(
     name: Annotated[str, typer.Argument(help="The new user's name.", callback=_user_ref)],
     role: Annotated[RoleName, typer.Option("--role", help=ROLE_HELP)] = RoleName.member,
+    unix_user: Annotated[
+        str | None,
+        typer.Option(
+            "--unix-user",
+            help="The Unix account their jobs run under on a Slurm server (see set-unix).",
+            callback=_unix_user,
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Add a user; their first token is printed once (give it to them for `sf login`).
@@ -230,13 +252,15 @@ def user_add(
 
       sf admin user add alice
 
+      sf admin user add carol --unix-user carol   (her Slurm jobs run as Unix user carol)
+
       sf admin user add bob --role viewer --json   (the token is in "token")
     """
     from starforge.cli.connect import connect
 
     out.set_json(json_out)
     with connect() as client:
-        made = client.add_user(name, role.value)
+        made = client.add_user(name, role.value, unix_user)
     out.data({"token": made.token, **made.user.model_dump(mode="json")})
     out.success(f"user {made.user.name} added ({made.user.role.value}); their token, shown once:")
     out.line(made.token)
@@ -254,7 +278,7 @@ def user_ls(json_out: JsonOpt = False) -> None:
     with connect() as client:
         found = client.users().users
     out.data([u.model_dump(mode="json") for u in found])
-    out.table(["USER", "ROLE", "STATE", "TOKENS"], [_user_row(u) for u in found])
+    out.table(["USER", "ROLE", "STATE", "TOKENS", "UNIX"], [_user_row(u) for u in found])
 
 
 @user_app.command("set-role")
@@ -274,6 +298,43 @@ def user_set_role(
         done = client.set_role(name, role.value)
     out.data(done.model_dump(mode="json"))
     out.success(f"{done.name} is now {done.role.value}")
+
+
+@user_app.command("set-unix")
+def user_set_unix(
+    name: Annotated[str, typer.Argument(help="The user.", callback=_user_ref)],
+    unix_user: Annotated[
+        str | None,
+        typer.Argument(
+            help="Their Unix account (it must exist on the server's host).", callback=_unix_user
+        ),
+    ] = None,
+    unset: Annotated[bool, typer.Option("--unset", help="Unmap the user's account.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Map a user to the Unix account their jobs run under on a Slurm server.
+
+    Their runs are submitted as that account (`sbatch --uid/--gid`) and their run folders are
+    its own; on a Slurm server of several users an unmapped member's runs are refused.
+
+    Examples:
+
+      sf admin user set-unix alice alice
+
+      sf admin user set-unix alice --unset
+    """
+    from starforge.cli.connect import connect
+
+    if (unix_user is None) == (not unset):
+        raise typer.BadParameter("give a Unix account, or --unset (not both)")
+    out.set_json(json_out)
+    with connect() as client:
+        done = client.set_unix_user(name, unix_user)
+    out.data(done.model_dump(mode="json"))
+    if done.unix_user:
+        out.success(f"{done.name}'s jobs run as Unix user {done.unix_user} on Slurm")
+    else:
+        out.success(f"{done.name} has no Unix account now")
 
 
 def _set_disabled(name: str, disabled: bool, json_out: bool) -> None:

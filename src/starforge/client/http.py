@@ -318,11 +318,17 @@ class Client:
 
         return self._get("/users", auth.UserList)
 
-    def add_user(self, name: str, role: str) -> auth.UserCreated:
+    def add_user(self, name: str, role: str, unix_user: str | None = None) -> auth.UserCreated:
         from starforge.contract import auth
 
-        body = auth.UserCreate(name=name, role=auth.Role(role))
+        body = auth.UserCreate(name=name, role=auth.Role(role), unix_user=unix_user)
         return self._post("/users", auth.UserCreated, body)
+
+    def set_unix_user(self, name: str, unix_user: str | None) -> auth.UserView:
+        from starforge.contract import auth
+
+        body = auth.UnixUserUpdate(unix_user=unix_user).model_dump(mode="json")
+        return auth.UserView.read(self._send("PUT", f"/users/{name}/unix", json=body).content)
 
     def set_role(self, name: str, role: str) -> auth.UserView:
         from starforge.contract import auth

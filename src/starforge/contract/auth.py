@@ -21,6 +21,9 @@ from starforge.contract.base import Contract
 from starforge.contract.names import SAFE_SEGMENT
 
 MAX_TOKEN_DAYS = 3650
+# A Unix account name as useradd takes it (POSIX portable, 32 characters at most): the account a
+# member's jobs run under on a Slurm server (`sf admin user set-unix NAME UNIXUSER`).
+UNIX_USER_PATTERN = r"^[a-z_][a-z0-9_-]{0,30}[a-z0-9_$-]?$"
 
 
 class Role(StrEnum):
@@ -71,6 +74,7 @@ class UserView(Contract):
     disabled: bool = False
     created_at: datetime
     tokens: int = 0  # live (unrevoked, unexpired) tokens
+    unix_user: str | None = None  # the Unix account its jobs run under on Slurm; None: unmapped
 
 
 class UserList(Contract):
@@ -80,10 +84,17 @@ class UserList(Contract):
 class UserCreate(Contract):
     name: str = Field(pattern=SAFE_SEGMENT.pattern, max_length=100)
     role: Role = Role.MEMBER
+    unix_user: str | None = Field(default=None, pattern=UNIX_USER_PATTERN)
 
 
 class RoleUpdate(Contract):
     role: Role
+
+
+class UnixUserUpdate(Contract):
+    """The Unix account a user's jobs run under on Slurm; None unmaps it."""
+
+    unix_user: str | None = Field(pattern=UNIX_USER_PATTERN)
 
 
 class UserCreated(Contract):

@@ -10,6 +10,7 @@ from starforge.contract.auth import (
     TokenCreated,
     TokenList,
     TokenView,
+    UnixUserUpdate,
     UserCreate,
     UserCreated,
     UserList,
@@ -35,6 +36,11 @@ def add_user(body: UserCreate, rt: RuntimeDep, _: Admin) -> UserCreated:
 @router.put("/users/{name}/role", response_model=UserView)
 def set_role(name: str, body: RoleUpdate, rt: RuntimeDep, _: Admin) -> UserView:
     return accounts.set_role(rt, name, body.role)
+
+
+@router.put("/users/{name}/unix", response_model=UserView)
+def set_unix_user(name: str, body: UnixUserUpdate, rt: RuntimeDep, _: Admin) -> UserView:
+    return accounts.set_unix_user(rt, name, body.unix_user)
 
 
 @router.post("/users/{name}/disable", response_model=UserView)

@@ -67,6 +67,7 @@ class Base(DeclarativeBase):
 
 class User(Base):
     __tablename__ = "users"
+    __table_args__ = (UniqueConstraint("unix_user", name="uq_users_unix_user"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(100), unique=True)
@@ -76,6 +77,10 @@ class User(Base):
     # a disabled user's tokens are refused; its runs and history stay
     disabled: Mapped[bool] = mapped_column(Boolean, default=False, server_default=sa_false())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # The Unix account the user's jobs run under on a Slurm server (submitted as it, their run
+    # folders its own); None: unmapped, and on a Slurm server of several users a member's runs
+    # are refused until an admin maps it (`sf admin user set-unix`). One account per user.
+    unix_user: Mapped[str | None] = mapped_column(String(32), nullable=True)
     tokens: Mapped[list[Token]] = relationship(
         back_populates="owner", cascade="all, delete-orphan", order_by="Token.id"
     )

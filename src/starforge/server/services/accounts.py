@@ -4,10 +4,15 @@ Who may call each of these is the routes' rule (:mod:`starforge.server.api.authz
 keeps the invariants of the data: a user name is unique; a new user gets one token, shown once;
 a token belongs to the user who created it (a user lists and revokes only their own); the lab
 always keeps at least one enabled admin, so it can never lock itself out.
+
+A user's Unix account (``unix_user``, what a Slurm server submits its jobs as) exists on the
+server's host when it is set, is not root, and is no other user's: two users on one account would
+share their jobs' files.
 """
 
 from __future__ import annotations
 
+import pwd
 import secrets
 from datetime import timedelta
 
@@ -43,6 +48,7 @@ def _user_view(user: User) -> UserView:
         disabled=user.disabled,
         created_at=user.created_at,
         tokens=sum(1 for t in user.tokens if _live(t)),
+        unix_user=user.unix_user,
     )
 
 
@@ -85,7 +91,9 @@ def add_user(rt: Runtime, body: UserCreate) -> UserCreated:
                 f"user {body.name!r} already exists",
                 hint="pick another name; `sf admin user ls` lists the users",
             )
-        user = User(name=body.name, role=body.role.value)
+        if body.unix_user is not None:
+            _check_unix_user(session, body.name, body.unix_user)
+        user = User(name=body.name, role=body.role.value, unix_user=body.unix_user)
         session.add(user)
         session.flush()
         users.add_token(session, user, token, "default")
@@ -108,6 +116,44 @@ def set_disabled(rt: Runtime, name: str, disabled: bool) -> UserView:
             _keep_an_admin(session, user)
         user.disabled = disabled
         return _user_view(user)
+
+
+def set_unix_user(rt: Runtime, name: str, unix_user: str | None) -> UserView:
+    """Map ``name``'s jobs to the Unix account ``unix_user`` (None: unmap). Runs placed from
+    now on take it; a run already started keeps the account it was submitted as."""
+    with rt.transaction() as session:
+        user = _get(session, name)
+        if unix_user is not None:
+            _check_unix_user(session, name, unix_user)
+        user.unix_user = unix_user
+        return _user_view(user)
+
+
+def _check_unix_user(session: Session, name: str, unix_user: str) -> None:
+    try:
+        entry = pwd.getpwnam(unix_user)
+    except KeyError:
+        raise UsageError(
+            f"there is no Unix account {unix_user!r} on the server's host",
+            hint="create it on the login node and every compute node (the same uid everywhere, "
+            "e.g. from LDAP), then map it again",
+            details={"unix_user": unix_user},
+        ) from None
+    if entry.pw_uid == 0:
+        raise UsageError(
+            f"{unix_user!r} is root: a user's jobs never run as root",
+            hint="map the user to their own Unix account",
+            details={"unix_user": unix_user},
+        )
+    taken = session.scalar(select(User.name).where(User.unix_user == unix_user, User.name != name))
+    if taken is not None:
+        raise UsageError(
+            f"the Unix account {unix_user!r} is already {taken}'s: two users on one account "
+            "could read and change each other's jobs",
+            hint=f"map {name} to an account of their own, or unmap {taken} first: "
+            f"sf admin user set-unix {taken} --unset",
+            details={"unix_user": unix_user, "user": taken},
+        )
 
 
 def create_token(rt: Runtime, user: str, body: TokenCreate) -> TokenCreated:
