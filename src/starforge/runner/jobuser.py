@@ -65,6 +65,13 @@ def resolve(name: str) -> JobUser | None:
     return JobUser(name=name, uid=entry.pw_uid, gid=entry.pw_gid)
 
 
+def submitted_as() -> JobUser:
+    """The runner's own account, for a job submitted as its member's account (Slurm's
+    ``sbatch --uid``): the runner is the job's user already and switches to no other."""
+    entry = pwd.getpwuid(os.geteuid())
+    return JobUser(name=entry.pw_name, uid=entry.pw_uid, gid=os.getegid())
+
+
 def check_reachable(user: JobUser, path: Path) -> None:
     """Refuse, naming the folder, a run the job user could not even enter (a storage root
     under a 0700 home such as /root): a clear startup failure instead of a failed exec."""

@@ -204,6 +204,8 @@ class Runner:
         b = self.binding
         user = self._job_identity()
         if user is None:
+            if b.job_user and slurm.under_slurm(os.environ):
+                self._as_submitted(plan)
             return {}
         self.job_user = user
         jobuser.check_reachable(user, Path(b.run_dir))
@@ -226,6 +228,14 @@ class Runner:
         plan.env.update(user.env(str(home)))
         self.say(f"the job runs as {user.name} (uid {user.uid}, gid {user.gid})")
         return user.popen_kwargs()
+
+    def _as_submitted(self, plan: LaunchPlan) -> None:
+        """A job Slurm runs as its member's account (the runner is that account): its own HOME
+        and names (not the submitting root's), and a Hugging Face cache of its run's own."""
+        user = jobuser.submitted_as()
+        plan.env["HF_HOME"] = str(Path(self.binding.out_dir) / ".starforge" / "hf")
+        plan.env.update(user.env(os.path.expanduser(f"~{user.name}")))
+        self.say(f"the job runs as {user.name} (uid {user.uid}, gid {user.gid}), its account")
 
     def _job_identity(self) -> jobuser.JobUser | None:
         b = self.binding

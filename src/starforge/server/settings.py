@@ -308,13 +308,20 @@ class Settings(BaseSettings):
     @property
     def job_uids(self) -> list[int]:
         """The range each attempt takes a uid of its own from; empty when jobs do not (a named
-        ``job_user``, a server that is not root or whose storage the uids cannot reach)."""
-        if self.job_user is not None or os.geteuid() != 0:
+        ``job_user``, a server that is not root or whose storage the uids cannot reach, and Slurm,
+        where a uid must exist on every node: members' jobs run as their Unix accounts)."""
+        if self.job_user is not None or os.geteuid() != 0 or self.executor == "slurm":
             return []
         assert self.storage_root is not None
         if _closed_folder(self.storage_root) is not None:
             return []
         return list(self.job_uid_range)
+
+    @property
+    def slurm_accounts(self) -> bool:
+        """A root server on Slurm: it submits each member's jobs as the member's own Unix
+        account (``sbatch --uid/--gid``, ``sf admin user set-unix``)."""
+        return self.executor == "slurm" and os.geteuid() == 0
 
     def member_gid(self, user_id: int) -> int:
         return self.member_gid_base + user_id
@@ -337,6 +344,8 @@ class Settings(BaseSettings):
         its storage under root's 0700 home) jobs run as the server's user, and ``sf server
         status`` says so."""
         shared = "jobs run as the server's user and can read what it can (docs/security.md)"
+        if self.slurm_accounts:
+            return "each member's own Unix account (sf admin user set-unix)", ""
         if self.job_user is not None:
             if not self.job_user:
                 return "", shared
@@ -357,7 +366,7 @@ class Settings(BaseSettings):
     def separates_jobs(self) -> bool:
         """Whether two users' jobs run apart (uids of their own, or the admin said it does not
         matter: ``isolation: none``)."""
-        return bool(self.job_uids) or self.isolation == "none"
+        return bool(self.job_uids) or self.slurm_accounts or self.isolation == "none"
 
 
 def _closed_folder(path: Path) -> Path | None:

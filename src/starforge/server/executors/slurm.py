@@ -18,6 +18,11 @@ are ``slurm:<jobid>:<rank>``: every node of an attempt shares its job.
   the job still runs, on a thread so it never blocks. ``kill``: ``scancel --signal=KILL --full``.
 - ``adopt``: a runner under Slurm records its job id; a server that died between ``sbatch`` and
   recording the start adopts the job by that id.
+- A member's attempt runs as the member's Unix account: the bindings' ``job_user``
+  (``services/isolation.job_account``). Before ``sbatch --uid/--gid`` the run's folder and the
+  member's folder of runs are handed to that account and closed to every other (0700), so its
+  runners (which run as it, not as root) write their logs and records there, and no other
+  member's job can enter them. The server, root, still reads and writes them.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import contextlib
 import json
 import logging
 import os
+import pwd
 import subprocess
 import tempfile
 import threading
@@ -33,8 +39,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from starforge.contract.env import Binding
 from starforge.contract.errors import StarForgeError
-from starforge.contract.layout import RunLayout
+from starforge.contract.layout import RUN_SUBDIRS, RunLayout
 from starforge.contract.profiles import Pool
 from starforge.server.executors import slurm_compile, slurm_inventory, slurm_states
 from starforge.server.executors.base import NodeLaunch
@@ -225,8 +232,11 @@ class SlurmExecutor:
         if existing is not None:  # submitted by a server that died before recording it
             log.info("%s is already Slurm job %s: not submitted again", job_name, existing)
             return {n.rank: f"{PREFIX}{existing}:{n.rank}" for n in nodes}
+        account = submit_account(nodes[0].binding_path)
+        if account is not None:
+            hand_run_to(account, nodes[0].binding_path.parent.parent)
         script = slurm_compile.compile_batch(self.batch_job(job_name, nodes, pools, image))
-        out = run_cli(slurm_compile.sbatch_argv(), stdin=script)
+        out = run_cli(slurm_compile.sbatch_argv(account), stdin=script)
         job_id = int(out.strip().split(";")[0])
         self._submitted[job_id] = time.monotonic()  # a squeue asked before now cannot list it
         return {n.rank: f"{PREFIX}{job_id}:{n.rank}" for n in nodes}
@@ -334,6 +344,46 @@ class SlurmExecutor:
         except SlurmError:
             return None
         return f"{PREFIX}{job_id}:{rank}" if alive else None
+
+
+def submit_account(binding_path: Path) -> slurm_compile.Account | None:
+    """The account to submit the attempt as: its bindings' ``job_user`` (one for all nodes),
+    when this server is root and it is another account; None submits as this server's user
+    (a runner that is root then starts the job as a named ``job_user`` itself)."""
+    try:
+        name = Binding.read(binding_path.read_bytes()).job_user
+    except OSError:  # no binding to read: its runner cannot start either, whoever it runs as
+        return None
+    if not name or os.geteuid() != 0:
+        return None
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        raise SlurmError(
+            f"the Unix account {name!r} does not exist on the server's host",
+            hint="create it (on the login and compute nodes), or map the user to another: "
+            "sf admin user set-unix NAME UNIXUSER",
+        ) from None
+    if entry.pw_uid in (0, os.geteuid()):
+        return None
+    return slurm_compile.Account(name=name, uid=entry.pw_uid, gid=entry.pw_gid)
+
+
+def hand_run_to(account: slurm_compile.Account, run_dir: Path) -> None:
+    """Give ``account`` its run's folders (recursively: a retry's new bindings too) and the
+    member's folder of runs, each closed to every other account (0700)."""
+    mine = run_dir.parents[2] if len(run_dir.parents) > 3 else None  # <root>/runs/<member>
+    if mine is not None and mine.parent.name == "runs":
+        for folder in [mine, *[p for p in run_dir.parents if mine in p.parents]]:
+            os.chown(folder, account.uid, account.gid)
+        os.chmod(mine, 0o700)
+    for sub in RUN_SUBDIRS:
+        (run_dir / sub).mkdir(parents=True, exist_ok=True)
+    os.chown(run_dir, account.uid, account.gid)
+    os.chmod(run_dir, 0o700)
+    for folder, dirs, files in os.walk(run_dir):
+        for name in dirs + files:
+            os.lchown(os.path.join(folder, name), account.uid, account.gid)
 
 
 def _create_once(path: Path, record: dict[str, Any]) -> None:

@@ -16,6 +16,10 @@ checkpoint), never the batch shell or ``srun`` (to ``srun`` TERM means "kill the
 batch shell gets TERM only ``signal_before_s`` before the time limit (``--signal=B:TERM@…``),
 and hands it on to the steps the same way. ``--no-requeue``: after a node failure StarForge
 retries by the method's policy, as a new attempt; Slurm must not start the same attempt twice.
+
+A member's attempt is submitted as the member's Unix account (:class:`Account`; a root server's
+``sbatch --uid/--gid``): Slurm accounts it to the member, and the batch shell, ``srun`` and the
+runners all run as that account.
 """
 
 from __future__ import annotations
@@ -50,9 +54,22 @@ class BatchJob:
     extra_args: list[str] = field(default_factory=list)
 
 
-def sbatch_argv() -> list[str]:
-    """The command that submits a compiled script (given on stdin)."""
-    return ["sbatch", "--parsable"]
+@dataclass(frozen=True)
+class Account:
+    """The Unix account an attempt is submitted as (its member's), with its primary group."""
+
+    name: str
+    uid: int
+    gid: int
+
+
+def sbatch_argv(account: Account | None = None) -> list[str]:
+    """The command that submits a compiled script (given on stdin); as ``account`` when given
+    (only root may: Slurm refuses ``--uid`` from anyone else)."""
+    argv = ["sbatch", "--parsable"]
+    if account is not None:
+        argv += [f"--uid={account.uid}", f"--gid={account.gid}"]
+    return argv
 
 
 def _header(job: BatchJob) -> list[str]:

@@ -40,7 +40,14 @@ from starforge.server.db import packs
 from starforge.server.db.models import Attempt, Run, User, utcnow
 from starforge.server.executors.base import NodeLaunch, SupportsGangStart
 from starforge.server.runtime import Runtime
-from starforge.server.services import admission, checkpoints, lifecycle, queue, scheduler
+from starforge.server.services import (
+    admission,
+    checkpoints,
+    isolation,
+    lifecycle,
+    queue,
+    scheduler,
+)
 from starforge.server.services.users import token_digest
 from starforge.server.storage import Storage
 
@@ -181,6 +188,7 @@ def place_run(
         token,
         resume_from=attempt.resumed_from or "",
         job_ids=job_identity(rt, session, run.user),
+        job_user=isolation.job_account(rt, session, run.user),
         job_token=job_token,
         storage=storage,
     )
@@ -230,9 +238,11 @@ def write_bindings(
     job_token: str = "",
     storage: Storage | None = None,
     job_ids: tuple[list[int], int] = ([], 0),
+    job_user: str | None = None,
 ) -> list[NodeLaunch]:
     """Write the run's ``run.json`` (once; through ``storage``, the runtime's by default) and
-    each node's binding; what to start."""
+    each node's binding; what to start. ``job_user``: the member's Unix account on Slurm
+    (``isolation.job_account``), else the server's ``job_user`` setting."""
     run_dir = run_dir_of(rt, run)
     if not rt.storage.run_json_path(run_dir).exists():  # written once, from the database
         (storage or rt.storage).write_run_json(run_dir, run.spec, run.manifest, run.config)
@@ -260,7 +270,7 @@ def write_bindings(
             resume_from=resume_from,
             hf_offline=rt.settings.hf_offline,
             job_token=job_token,
-            job_user=rt.settings.job_user_name,
+            job_user=rt.settings.job_user_name if job_user is None else job_user,
             job_uids=job_ids[0],
             job_gid=job_ids[1],
             image=run.image,

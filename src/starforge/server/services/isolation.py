@@ -7,6 +7,11 @@ every job under one identity, where one member's job could read, signal or rewri
 With more than one enabled user such a server refuses every run but an admin's, unless its admin
 opted out with ``isolation: none`` in ``server.yaml``. The single-user embedded default runs its
 one user's jobs and says in ``sf server status`` that they are not isolated.
+
+On Slurm a uid must exist on every node, so a root server runs each member's jobs as the
+member's own Unix account (``users.unix_user``, mapped by an admin: ``sf admin user set-unix``):
+:func:`job_account` names it in the run's bindings and the Slurm executor submits as it. With
+more than one enabled user a member without an account is refused at submit, naming the fix.
 """
 
 from __future__ import annotations
@@ -19,21 +24,74 @@ from starforge.contract.errors import Rejected
 from starforge.server.db.models import User
 from starforge.server.runtime import Runtime
 
+# The account of a member whose mapping an admin removed after the run was admitted: never the
+# server's own (root); the runner (root under Slurm) starts the job as this one instead.
+UNMAPPED_FALLBACK = "nobody"
+
+
+def _users(conn: Session | Connection) -> int:
+    found = conn.scalar(select(func.count()).select_from(User).where(User.disabled.is_(False)))
+    return found or 0
+
 
 def require_separation(rt: Runtime, conn: Session | Connection, user: str) -> None:
     """Refuse ``user``'s run on a server that cannot keep it apart from other users' jobs."""
     settings = rt.settings
-    if settings.job_uids or settings.isolation == "none":
+    if settings.isolation == "none":
         return
-    users = conn.scalar(select(func.count()).select_from(User).where(User.disabled.is_(False)))
+    if settings.slurm_accounts:
+        _require_account(conn, user)
+        return
+    if settings.job_uids:
+        return
     role = conn.scalar(select(User.role).where(User.name == user))
-    if (users or 0) <= 1 or role == "admin":
+    if _users(conn) <= 1 or role == "admin":
         return
     _, why = settings.job_isolation()
+    hint = (
+        "its admin runs it as root with storage_root where every user may enter (each run "
+        "then gets a uid of its own), or opts out with `isolation: none` in server.yaml"
+    )
+    if settings.executor == "slurm":
+        hint = (
+            "its admin runs it as root (it then submits each member's jobs as the member's "
+            "Unix account: `sf admin user set-unix NAME UNIXUSER`), or opts out with "
+            "`isolation: none` in server.yaml"
+        )
     raise Rejected(
         f"this server cannot keep one user's jobs apart from another's ({why}), so it runs "
         "no member's job",
-        hint="its admin runs it as root with storage_root where every user may enter (each run "
-        "then gets a uid of its own), or opts out with `isolation: none` in server.yaml",
+        hint=hint,
         details={"isolation": why},
     )
+
+
+def _require_account(conn: Session | Connection, user: str) -> None:
+    """On a root Slurm server of several users, a member's jobs need their Unix account (an
+    admin's unmapped jobs run as the server's user, as on any server)."""
+    row = conn.execute(select(User.role, User.unix_user).where(User.name == user)).first()
+    if row is None or row.unix_user or row.role == "admin" or _users(conn) <= 1:
+        return
+    raise Rejected(
+        f"{user} has no Unix account on this Slurm server: a member's jobs run as their own "
+        "account, so that no job can read, signal or change another member's",
+        hint=f"an admin maps it: `sf admin user set-unix {user} UNIXUSER` (an account that "
+        "exists on the login and compute nodes), then submit again",
+        details={"user": user, "missing": "unix_user"},
+    )
+
+
+def job_account(rt: Runtime, session: Session, user: str) -> str | None:
+    """The Unix account ``user``'s attempt runs as on a root Slurm server (its bindings'
+    ``job_user``; the executor submits as it); None where the server's rule applies (not Slurm,
+    not root, or an admin or the only user without one)."""
+    if not rt.settings.slurm_accounts:
+        return None
+    row = session.execute(select(User.role, User.unix_user).where(User.name == user)).first()
+    if row is None:
+        return None
+    if row.unix_user:
+        return str(row.unix_user)
+    if row.role == "admin" or _users(session) <= 1 or rt.settings.isolation == "none":
+        return None
+    return UNMAPPED_FALLBACK  # unmapped after admission: never as root

@@ -1,0 +1,251 @@
+"""Members' jobs on Slurm run under their own Unix accounts, on the project's real cluster.
+
+A root server with ``executor: slurm``, its storage in a world-traversable folder (as a lab's
+/srv/starforge would be), two members mapped (``sf admin user set-unix``) to two Unix accounts
+the test creates. Each member's job is submitted as its account (``sbatch --uid/--gid``: Slurm
+lists the job as that user), runs as it, and leaves its run folders owned by it and closed to the
+other account; a third, unmapped member is refused at submit with the admin's fix.
+
+The runners run as the members' accounts, so their interpreter must be one every account may
+run: the system Python with the project's packages on its path (the venv's Python lives under
+root's closed home here), as ``runner_command`` in server.yaml.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from starforge.project import experiments
+from starforge.project.lab import Lab
+from tests.conftest import Result, commit_all
+from tests.security.test_run_identities import Member, member
+from tests.slurm.conftest import ROOT, SlurmCluster, wait_for
+from tests.slurm.starforge_on_slurm import (
+    IMAGE,
+    job_ids,
+    logs_of,
+    slurm_jobs,
+    slurm_server,
+)
+
+pytestmark = pytest.mark.slurm
+SYSTEM_PYTHON = Path("/usr/bin/python3")
+WHO = """#!/usr/bin/env bash
+set -u
+echo "probe: user=$(id -un) home=$HOME"
+echo "mine" > "$FORGE_OUT_DIR/result.txt"
+"""
+PROBE = """#!/usr/bin/env bash
+set -u
+echo "probe: user=$(id -un)"
+source "$FORGE_EXP_DIR/target.env"
+try() { if eval "$2" >/dev/null 2>&1; then echo "probe: $1=YES"; else echo "probe: $1=no"; fi; }
+try run-dir "ls $TARGET_RUN"
+try out "cat $TARGET_RUN/out/result.txt"
+try logs "cat $TARGET_RUN/logs/attempt-1.log"
+try binding "cat $TARGET_RUN/state/attempt-1.node-0.binding.json"
+try member-runs "ls $TARGET_MEMBER_RUNS"
+try write "touch $TARGET_RUN/out/bob-was-here"
+"""
+
+
+@pytest.fixture(scope="module")
+def unix_users() -> Iterator[tuple[str, str]]:
+    """Two Unix accounts of the test's own (removed at the end), each with its own group."""
+    if os.geteuid() != 0 or shutil.which("useradd") is None:
+        pytest.skip("creating Unix accounts needs root and useradd")
+    tag = uuid.uuid4().hex[:6]
+    names = (f"sfa-{tag}", f"sfb-{tag}")
+    made: list[str] = []
+    try:
+        for name in names:
+            subprocess.run(
+                ["useradd", "--no-create-home", "--user-group", "--shell", "/bin/bash", name],
+                check=True,
+                capture_output=True,
+            )
+            made.append(name)
+        yield names
+    finally:
+        for name in made:
+            subprocess.run(["userdel", name], check=False, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def open_root() -> Iterator[Path]:
+    base = Path(tempfile.mkdtemp(prefix="sf-accounts-", dir="/var/tmp"))
+    base.chmod(0o755)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def runner_command() -> list[str]:
+    """The runner on the system Python, with this checkout's packages: any account runs it."""
+    if not SYSTEM_PYTHON.exists():
+        pytest.skip("no system Python that every account may run")
+    site = [p for p in sys.path if p.endswith("site-packages") and p.startswith(str(ROOT))]
+    path = ":".join([str(ROOT / "src"), *site])
+    return ["/usr/bin/env", f"PYTHONPATH={path}", str(SYSTEM_PYTHON), "-m", "starforge.runner"]
+
+
+@pytest.fixture(scope="module")
+def server_home(
+    slurm_cluster: SlurmCluster, open_root: Path, unix_users: tuple[str, str]
+) -> Iterator[Path]:
+    settings = {
+        "storage_root": str(open_root / "st"),
+        "runner_command": runner_command(),
+        "heartbeat_s": 0.5,
+    }
+    with pytest.MonkeyPatch.context() as mp:
+        # The suite's servers opt out of isolation (tests/conftest.py); this one keeps the
+        # defaults a lab would.
+        for key in ("STARFORGE_JOB_USER", "STARFORGE_ISOLATION"):
+            mp.delenv(key, raising=False)
+        with slurm_server(open_root / "home", settings) as home:
+            yield home
+
+
+@pytest.fixture
+def sf_home(server_home: Path) -> Path:
+    return server_home
+
+
+def job_lab(new_lab: Callable[..., Lab], name: str, script: str, extra: dict[str, str]) -> Lab:
+    made = new_lab(f"{name}-lab")
+    experiments.new_experiment(made, name, "custom/custom")
+    folder = made.root / "experiments" / name
+    (folder / "train.sh").write_text(script)
+    (folder / "config.yaml").write_text("starforge:\n  observability: platform\n")
+    (folder / "lab-id.txt").write_text(f"{uuid.uuid4()}\n")
+    for path, text in extra.items():
+        (folder / path).write_text(text)
+    commit_all(made.root, f"add {name}")
+    return made
+
+
+def submit(who: Member, lab: Lab, exp: str) -> Result:
+    return who("submit", exp, "--profile", "h200:1", "--image", IMAGE, "--json", cwd=lab.root)
+
+
+def run_of(who: Member, run_id: str) -> dict[str, object]:
+    got = who("job", "status", run_id, "--json")
+    assert got.code == 0, got.err
+    body = got.json()
+    assert isinstance(body, dict)
+    return body
+
+
+def finished(who: Member, run_id: str) -> dict[str, object]:
+    def done() -> dict[str, object] | None:
+        run = run_of(who, run_id)
+        return run if run["status"] in ("succeeded", "failed", "stopped") else None
+
+    return wait_for(done, f"run {run_id} to end", 180)
+
+
+def probes(log: str) -> dict[str, str]:
+    found = {}
+    for line in log.splitlines():
+        if line.startswith("probe: "):
+            for pair in line.removeprefix("probe: ").split():
+                key, _, value = pair.partition("=")
+                found[key] = value
+    return found
+
+
+def test_members_jobs_run_as_their_unix_accounts_and_cannot_reach_each_others_runs(
+    sf: Callable[..., Result],
+    monkeypatch: pytest.MonkeyPatch,
+    new_lab: Callable[..., Lab],
+    unix_users: tuple[str, str],
+) -> None:
+    ua, ub = unix_users
+    alice, bob = member(sf, monkeypatch, "alice"), member(sf, monkeypatch, "bob")
+    for name, account in (("alice", ua), ("bob", ub)):
+        got = sf("admin", "user", "set-unix", name, account, "--json")
+        assert got.code == 0, got.err
+        assert got.json()["unix_user"] == account  # type: ignore[index, call-overload]
+    listed = sf("admin", "user", "ls", "--json").json()
+    assert {u["name"]: u["unix_user"] for u in listed}["alice"] == ua  # type: ignore[index, union-attr]
+
+    # Alice's job: submitted as her account, and its folders are hers alone.
+    got = submit(alice, job_lab(new_lab, "who", WHO, {}), "who")
+    assert got.code == 0, got.err
+    a_id = str(got.json()["run_id"])  # type: ignore[index, call-overload]
+    a_run = finished(alice, a_id)
+    a_log = logs_of(a_run)
+    assert a_run["status"] == "succeeded", a_log
+    assert probes(a_log)["user"] == ua
+    assert not probes(a_log)["home"].startswith("/root")
+    [job] = slurm_jobs(job_ids(a_run)[0])
+    assert job["user_name"] == ua  # Slurm's own record: submitted as her account
+    a_dir = Path(str(a_run["run_dir"]))
+    a_uid = pwd.getpwnam(ua).pw_uid
+    for path in (
+        a_dir,
+        a_dir / "out",
+        a_dir / "out" / "result.txt",
+        a_dir / "logs",
+        a_dir.parents[2],
+    ):
+        assert path.stat().st_uid == a_uid, path
+    assert a_dir.stat().st_mode & 0o077 == 0
+    assert a_dir.parents[2].stat().st_mode & 0o077 == 0  # <root>/runs/alice
+
+    # Bob's job, knowing where Alice's run is, can neither list, read nor write any of it.
+    target = f"TARGET_RUN={a_dir}\nTARGET_MEMBER_RUNS={a_dir.parents[2]}\n"
+    got = submit(bob, job_lab(new_lab, "probe", PROBE, {"target.env": target}), "probe")
+    assert got.code == 0, got.err
+    b_id = str(got.json()["run_id"])  # type: ignore[index, call-overload]
+    b_run = finished(bob, b_id)
+    b_log = logs_of(b_run)
+    assert b_run["status"] == "succeeded", b_log
+    seen = probes(b_log)
+    assert seen["user"] == ub, b_log
+    tries = ("run-dir", "out", "logs", "binding", "member-runs", "write")
+    assert {k: seen[k] for k in tries} == dict.fromkeys(tries, "no"), b_log
+    assert Path(str(b_run["run_dir"])).stat().st_uid == pwd.getpwnam(ub).pw_uid
+    assert (a_dir / "out" / "result.txt").read_text() == "mine\n"
+    assert not (a_dir / "out" / "bob-was-here").exists()
+
+
+def test_an_unmapped_member_is_refused_at_submit_with_the_admins_fix(
+    sf: Callable[..., Result], monkeypatch: pytest.MonkeyPatch, new_lab: Callable[..., Lab]
+) -> None:
+    carol = member(sf, monkeypatch, "carol")
+    member(sf, monkeypatch, "dave")  # a server of several users
+    got = submit(carol, job_lab(new_lab, "who", WHO, {}), "who")
+    assert got.code != 0
+    assert "carol has no Unix account" in got.err
+    assert "sf admin user set-unix carol" in got.err
+    listed = carol("job", "ls", "--json")
+    assert listed.code == 0 and listed.json() == [], listed.out
+
+
+def test_mapping_refuses_an_account_that_is_missing_root_or_another_members(
+    sf: Callable[..., Result], unix_users: tuple[str, str]
+) -> None:
+    ua, _ = unix_users
+    sf("admin", "user", "add", "erin", "--json")
+    missing = sf("admin", "user", "set-unix", "erin", "no-such-account-x1")
+    assert missing.code != 0 and "no Unix account 'no-such-account-x1'" in missing.err
+    root = sf("admin", "user", "set-unix", "erin", "root")
+    assert root.code != 0 and "never run as root" in root.err
+    sf("admin", "user", "add", "frank", "--json")
+    sf("admin", "user", "set-unix", "frank", ua)  # unless another user holds it already
+    taken = sf("admin", "user", "set-unix", "erin", ua)
+    assert taken.code != 0 and f"the Unix account {ua!r} is already" in taken.err
+    bad = sf("admin", "user", "set-unix", "erin", "Not A Name")
+    assert bad.code == 2
+    sf("admin", "user", "set-unix", "frank", "--unset")
