@@ -79,7 +79,11 @@ class Runner:
         if self.child is not None and self.child.poll() is None:
             self.child.send_signal(signal.SIGTERM)
             if self.launcher == ranks.TORCHRUN and self._ranks is None:
-                self._ranks = ranks.TermForwarder(self.child.pid)
+                self._ranks = (
+                    ranks.ContainerTermForwarder(self.container)
+                    if self.container
+                    else ranks.TermForwarder(self.child.pid)
+                )
                 self._ranks.start()
 
     def on_fenced(self, why: str) -> None:

@@ -10,7 +10,8 @@ start with SIGTERM ignored like their launcher, once their own handler is in pla
 (rank 0 writes), agrees on the step with the others and exits 143; torchrun then exits 1
 ("a child failed"), which the runner reads as the signal's exit (:func:`exit_code`). A SIGKILL
 of the group ends the launcher, and the kernel ends its ranks (their parent-death signal, set
-by the template's ``train.py``).
+by the template's ``train.py``). In a container, the same hand-over goes through ``podman
+exec`` (:class:`ContainerTermForwarder`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import threading
 from pathlib import Path
 
@@ -86,6 +88,51 @@ class TermForwarder:
                     self._told.add(pid)
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGTERM)
+            self._done.wait(FORWARD_EVERY_S)
+
+
+# Inside a container the ranks live in its PID namespace, out of the runner's sight: ``podman
+# exec`` runs this there (as the run's uid). It sends SIGTERM to every process but init, itself
+# and those told before ($@), skipping those that still ignore SIGTERM (torchrun; a rank still
+# importing), and prints the pids it told. Plain POSIX sh: the image need not have more.
+IN_CONTAINER = r"""
+told=" $* "
+for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    case "$told" in *" $p "*) continue ;; esac
+    if [ "$p" = 1 ] || [ "$p" = "$$" ]; then continue; fi
+    ign=
+    while read -r key value; do
+        if [ "$key" = "SigIgn:" ]; then ign=$value; fi
+    done < "$d/status" 2>/dev/null || continue
+    if [ -z "$ign" ] || [ $(( 0x$ign >> 14 & 1 )) = 1 ]; then continue; fi
+    kill -TERM "$p" 2>/dev/null && echo "$p"
+done
+"""
+
+
+class ContainerTermForwarder(TermForwarder):
+    """SIGTERM, once each, to the ranks inside a running container (``podman exec``)."""
+
+    def __init__(self, container: str) -> None:
+        super().__init__(launcher_pid=0)
+        self.container = container
+
+    def _loop(self) -> None:
+        while not self._done.is_set():
+            argv = ["podman", "exec", self.container, "sh", "-c", IN_CONTAINER, "sh"]
+            try:
+                done = subprocess.run(
+                    [*argv, *map(str, sorted(self._told))],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                    check=False,
+                )
+            except (OSError, subprocess.SubprocessError):
+                done = None
+            if done is not None:
+                self._told.update(int(p) for p in done.stdout.split() if p.isdigit())
             self._done.wait(FORWARD_EVERY_S)
 
 
