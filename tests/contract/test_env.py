@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from starforge.contract.env import KNOWN_KEYS, Binding, import_env, is_per_run, job_env
+from starforge.contract.env import Binding, import_env, is_per_run, job_env
 from starforge.contract.jobspec import InputKind, InputRef, Inputs, JobSpec, MethodRef, Provenance
+from starforge.contract.jobvars import KNOWN_KEYS
 from starforge.contract.profiles import Pool
 
 

@@ -20,6 +20,7 @@ from pydantic import Field
 
 from starforge.contract.base import Contract
 from starforge.contract.jobspec import InputKind, InputRef, JobSpec
+from starforge.contract.jobvars import PER_NODE_KEYS
 from starforge.contract.layout import RunLayout
 from starforge.contract.profiles import Pool
 
@@ -75,64 +76,6 @@ class Binding(Contract):
     def world_size(self) -> int:
         """The training processes of the run, every node's together (one pool of equal nodes)."""
         return self.nnodes * self.procs_per_node
-
-
-KNOWN_KEYS: tuple[str, ...] = (
-    "FORGE_RUN_ID",
-    "FORGE_ATTEMPT",
-    "FORGE_USER",
-    "FORGE_PROJECT",
-    "FORGE_EXPERIMENT",
-    "FORGE_METHOD",
-    "FORGE_METHOD_VERSION",
-    "FORGE_FRAMEWORK",
-    "FORGE_GIT_COMMIT",
-    "FORGE_GIT_DIRTY",
-    "FORGE_STORAGE_ROOT",
-    "FORGE_RUN_DIR",
-    "FORGE_WORK_DIR",
-    "FORGE_EXP_DIR",
-    "FORGE_OUT_DIR",
-    "FORGE_LOG_FILE",
-    "FORGE_MODEL",
-    "FORGE_TRAIN_DATA",
-    "FORGE_VALIDATION_DATA",
-    "FORGE_HYPERPARAMS",
-    "FORGE_RESUME_FROM",
-    "FORGE_POOL",
-    "FORGE_POOL_TOPOLOGY",
-    "FORGE_CLUSTER_NUM_NODES",
-    "FORGE_CLUSTER_GPUS_PER_NODE",
-    "FORGE_OBSERVABILITY_URL",
-    "NNODES",
-    "NODE_RANK",
-    "GPUS_PER_NODE",
-    "NPROC_PER_NODE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "CUDA_VISIBLE_DEVICES",
-    "STARFORGE_ENABLED",
-    "STARFORGE_ENDPOINT",
-    "STARFORGE_RUN_ID",
-    "STARFORGE_TOKEN",
-    "HF_HUB_OFFLINE",
-    "HF_HOME",
-    "PYTHONUNBUFFERED",
-)
-# What differs between two runs, or two nodes, of one server: read when the job works, never
-# when a library is imported (CUDA_VISIBLE_DEVICES at CUDA's first use, the rendezvous at
-# init_process_group, the rest by our own code).
-PER_NODE_KEYS = frozenset(
-    {
-        "NNODES",
-        "NODE_RANK",
-        "GPUS_PER_NODE",
-        "NPROC_PER_NODE",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "CUDA_VISIBLE_DEVICES",
-    }
-)
 
 
 def is_per_run(name: str) -> bool:

@@ -27,6 +27,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from starforge.contract.base import Contract
+from starforge.contract.jobvars import KNOWN_KEYS, PER_NODE_KEYS
 
 MAX_SECRETS = 32  # secrets one run may ask for
 MAX_VALUE_BYTES = 64 << 10  # one secret's value (a token, a key file)
@@ -57,10 +58,7 @@ RESERVED_PREFIXES = ("FORGE_", "STARFORGE_", "MASTER_", "TORCHELASTIC_", "LD_", 
 
 @cache
 def reserved_names() -> frozenset[str]:
-    """Every name the platform sets for a job (contract.env's, read when first asked: env imports
-    jobspec, which imports this module), torchrun's, and the loader's."""
-    from starforge.contract.env import KNOWN_KEYS, PER_NODE_KEYS
-
+    """Every name the platform sets for a job (contract.jobvars), torchrun's, and the loader's."""
     return frozenset(KNOWN_KEYS) | PER_NODE_KEYS | TORCHRUN_KEYS | LOADER_KEYS
 
 
