@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,9 +154,29 @@ def new_lab(tmp_path: Path) -> Iterator[Callable[..., lab.Lab]]:
     yield make
 
 
-# Tests that share one outside resource run on one xdist worker, in order: the Slurm cluster
-# (its nodes and queue are the test's subject) and the PostgreSQL cluster's leader election.
+# Tests that share one outside resource run one module at a time: the Slurm cluster (its nodes
+# and queue are the test's subject) and the PostgreSQL cluster's leader election.
 _SERIAL_GROUPS = ("slurm", "postgres")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_module_of_a_resource_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A lock per outside resource, held by a module of its tests for as long as it runs (its
+    servers included), across the xdist workers. The xdist_group markers below do not keep such
+    tests on one worker with this pytest-xdist (checked: a module marked xdist_group still ran
+    on gw0 and gw1), and a Slurm test that restarts slurmctld then made another module's
+    finished job vanish from squeue."""
+    marks = {m.name for m in request.node.iter_markers()}
+    groups = [g for g in _SERIAL_GROUPS if g in marks]
+    if not groups:
+        yield
+        return
+    with open(Path(tempfile.gettempdir()) / f"starforge-tests-{groups[0]}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
