@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from starforge.contract.errors import RunnerError
-from starforge.runner import uids
+from starforge.runner import jobuser, uids
 
 FIRST, LAST = 64100, 64103  # a corner of the default range no test process runs under
 
@@ -64,3 +64,18 @@ def test_a_uid_is_not_given_back_or_taken_while_a_process_of_it_runs(tmp_path: P
     assert not uids.give_back(tmp_path, uid, "r-a", 1)  # not r-a's any more
     assert uids.give_back(tmp_path, uid, "r-c", 1)
     assert not (tmp_path / "uids" / str(uid)).exists()
+
+
+def test_a_program_the_runs_uid_cannot_reach_is_refused_naming_the_fix(tmp_path: Path) -> None:
+    closed = tmp_path / "home"
+    (closed / "bin").mkdir(parents=True)
+    program = closed / "bin" / "python"
+    program.write_text("")
+    program.chmod(0o755)
+    closed.chmod(0o700)  # like /root, where this machine's default Python lives
+    run_uid = jobuser.dynamic(64100, 64600)
+    with pytest.raises(RunnerError) as caught:
+        jobuser.check_runnable(run_uid, str(program), "")
+    assert f"cannot run the job's program {program}" in caught.value.message
+    assert "/usr/bin/python3" in (caught.value.hint or "")
+    jobuser.check_runnable(run_uid, "sh", "/usr/bin:/bin")  # a program every user may run

@@ -218,7 +218,8 @@ class Runner:
         home.mkdir(parents=True, exist_ok=True)
         shared = [Path(plan.env["HF_HOME"])] if plan.env.get("HF_HOME") else []
         if self.own_uid:
-            jobuser.check_runnable(user, plan.argv[0], plan.env.get("PATH", ""))
+            if not (b.image and b.containers == "podman"):  # in an image: the image's program
+                jobuser.check_runnable(user, plan.argv[0], plan.env.get("PATH", ""))
             # The Hugging Face cache is the run's own: nothing one run writes is read by another.
             plan.env["HF_HOME"] = str(out / ".starforge" / "hf")
             shared = []
