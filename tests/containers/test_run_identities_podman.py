@@ -12,24 +12,31 @@ finishes and its run succeeds intact. Without podman or the registry the test sk
 from __future__ import annotations
 
 import hashlib
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
-from starforge.cli.main import main
 from starforge.project.lab import Lab
 from tests.conftest import Result
 from tests.containers.conftest import containers_named, make_image
-from tests.containers.test_images_registry import registry  # noqa: F401 (a fixture)
+from tests.containers.test_images_registry import registry
 from tests.integration.conftest import wait_for
 from tests.integration.test_lifecycle import wait_until
-from tests.security.test_job_isolation import as_root, probes
-from tests.security.test_run_identities import RANGE, Member, ids, job_lab, log_of, member
+from tests.security.test_job_isolation import as_root, open_root, probes
+from tests.security.test_run_identities import (
+    RANGE,
+    Member,
+    ids,
+    job_lab,
+    lab_server,
+    log_of,
+    member,
+)
+
+__all__ = ["open_root", "registry"]  # fixtures this module uses
 
 pytestmark = [pytest.mark.containers, pytest.mark.usefixtures("podman")]
 
@@ -72,28 +79,12 @@ echo "probe: hf-home=$HF_HOME"
 
 
 @pytest.fixture
-def open_root() -> Iterator[Path]:
-    base = Path(tempfile.mkdtemp(prefix="sf-identities-podman-", dir="/var/tmp"))
-    base.chmod(0o755)
-    yield base
-    shutil.rmtree(base, ignore_errors=True)
-
-
-@pytest.fixture
 def podman_server(open_root: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A root server with a lab's defaults (no job_user, isolation auto) that runs jobs in their
-    image with podman."""
-    home = open_root / "home"
-    home.mkdir()
-    settings = {"storage_root": str(open_root / "st"), "containers": "podman"}
-    (home / "server.yaml").write_text(yaml.safe_dump(settings))
-    monkeypatch.setenv("STARFORGE_HOME", str(home))
+    """A lab's root server (tests/security/test_run_identities.py) that runs jobs in their image
+    with podman."""
     monkeypatch.setenv("STARFORGE_CONTAINERS", "podman")  # the suite's default is none
-    for key in ("STARFORGE_SERVER", "STARFORGE_JOB_USER", "STARFORGE_ISOLATION"):
-        monkeypatch.delenv(key, raising=False)
-    assert main(["server", "start"]) == 0
-    yield home
-    main(["server", "stop"])
+    with lab_server(open_root, monkeypatch, containers="podman") as home:
+        yield home
 
 
 def pushed_image(address: str) -> str:
@@ -154,7 +145,7 @@ def cmdlines_holding(text: str) -> list[int]:
 def test_two_members_jobs_in_podman_cannot_reach_each_other(
     podman_server: Path,
     open_root: Path,
-    registry: str,  # noqa: F811
+    registry: str,
     sf: Callable[..., Result],
     new_lab: Callable[..., Lab],
     monkeypatch: pytest.MonkeyPatch,

@@ -10,9 +10,8 @@ curious or compromised member would; then A's job finishes and its run succeeds 
 from __future__ import annotations
 
 import hashlib
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,9 @@ from tests.conftest import Result, commit_all
 from tests.integration.conftest import wait_for
 from tests.integration.test_lifecycle import wait_until
 
-from .test_job_isolation import IMAGE, as_root, probes
+from .test_job_isolation import IMAGE, as_root, open_root, probes
+
+__all__ = ["open_root"]  # a fixture this module uses
 
 RANGE = (61184, 64511)  # the default job_uid_range
 VICTIM = """#!/usr/bin/env bash
@@ -59,26 +60,28 @@ echo "probe: hf-home=$HF_HOME"
 """
 
 
-@pytest.fixture
-def open_root() -> Iterator[Path]:
-    base = Path(tempfile.mkdtemp(prefix="sf-identities-", dir="/var/tmp"))
-    base.chmod(0o755)
-    yield base
-    shutil.rmtree(base, ignore_errors=True)
+@contextmanager
+def lab_server(open_root: Path, mp: pytest.MonkeyPatch, **settings: str) -> Iterator[Path]:
+    """A root server with the defaults a lab would keep (no job_user, isolation auto), its home
+    and storage in ``open_root``, with ``settings`` in its server.yaml."""
+    home = open_root / "home"
+    home.mkdir()
+    wanted = {"storage_root": str(open_root / "st"), **settings}
+    (home / "server.yaml").write_text(yaml.safe_dump(wanted))
+    mp.setenv("STARFORGE_HOME", str(home))
+    for key in ("STARFORGE_SERVER", "STARFORGE_JOB_USER", "STARFORGE_ISOLATION"):
+        mp.delenv(key, raising=False)
+    assert main(["server", "start"]) == 0
+    try:
+        yield home
+    finally:
+        main(["server", "stop"])
 
 
 @pytest.fixture
 def team_server(open_root: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A root server with the defaults a lab would keep: no job_user, isolation auto."""
-    home = open_root / "home"
-    home.mkdir()
-    (home / "server.yaml").write_text(yaml.safe_dump({"storage_root": str(open_root / "st")}))
-    monkeypatch.setenv("STARFORGE_HOME", str(home))
-    for key in ("STARFORGE_SERVER", "STARFORGE_JOB_USER", "STARFORGE_ISOLATION"):
-        monkeypatch.delenv(key, raising=False)
-    assert main(["server", "start"]) == 0
-    yield home
-    main(["server", "stop"])
+    with lab_server(open_root, monkeypatch) as home:
+        yield home
 
 
 class Member:

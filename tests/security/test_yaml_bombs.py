@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -35,17 +33,16 @@ from starforge.contract.layout import StorageLayout
 from starforge.project.lab import Lab
 from starforge.server.app import create_app
 from starforge.server.db.models import Run
-from starforge.server.runtime import Runtime, build_runtime
+from starforge.server.runtime import Runtime
 from starforge.server.services import users
 from starforge.server.settings import load_settings
 from tests.conftest import Result, commit_all
-from tests.security.conftest import ALICE, Live, add_users
+from tests.security.conftest import ALICE, Live
 from tests.server.factories import (
     INVENTORY,
     PROFILES,
     TOKENS,
     FakeExecutor,
-    eventually,
     request,
     spec,
 )
@@ -186,41 +183,6 @@ def test_the_runner_refuses_the_config_before_launching(bomb: str, tmp_path: Pat
 # ---- straight to a real server: the accepted YAML subset and the bounds of `defaults` ----------
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
-    """A real server process on 127.0.0.1 with alice and bob; it never starts a job here."""
-    home = tmp_path_factory.mktemp("yaml-home")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STARFORGE_")}
-    # No registry for the image; and opted out of the members' wall (tested elsewhere), which
-    # a root server with its home in pytest's 0700 folders could not build.
-    env |= {"STARFORGE_CONTAINERS": "none", "STARFORGE_ISOLATION": "none"}
-    rt = build_runtime(load_settings(home))
-    add_users(rt)
-    rt.engine.dispose()
-    log = (home / "stdout.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "starforge.server", "--home", str(home), "--port", "0"],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    info = home / "server" / "server.json"
-    try:
-        eventually(lambda: info.is_file() or proc.poll() is not None, what="the server's start")
-        assert proc.poll() is None, (home / "stdout.log").read_text()
-        yield Live(url=json.loads(info.read_text())["url"], pid=proc.pid, home=home)
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        log.close()
-
-
 def post_package(live: Live, files: dict[str, bytes]) -> httpx.Response:
     """Upload ``files`` (plus the custom method's train.sh) as alice and POST the submission."""
     files = {"experiments/c1/train.sh": b"echo should-not-run\n", **files}
@@ -263,11 +225,11 @@ OUTSIDE_THE_SUBSET = {  # each answered 500 before the loader kept to JSON's dat
 
 @pytest.mark.parametrize("case", sorted(OUTSIDE_THE_SUBSET))
 def test_a_value_outside_the_yaml_subset_is_a_400_naming_file_and_line(
-    case: str, server: Live
+    case: str, live: Live
 ) -> None:
     data, why = OUTSIDE_THE_SUBSET[case]
-    resp = post_package(server, {CONFIG: b"lr: 0.1\n" + data + b"\n"})
-    assert_refused(server, resp, f"{CONFIG}:2: YAML refused: ", why)
+    resp = post_package(live, {CONFIG: b"lr: 0.1\n" + data + b"\n"})
+    assert_refused(live, resp, f"{CONFIG}:2: YAML refused: ", why)
 
 
 def fan_out() -> dict[str, bytes]:
@@ -285,13 +247,13 @@ def fan_out() -> dict[str, bytes]:
     }
 
 
-def test_a_defaults_fan_out_is_refused_by_its_count_naming_the_limit(server: Live) -> None:
+def test_a_defaults_fan_out_is_refused_by_its_count_naming_the_limit(live: Live) -> None:
     files = fan_out()
     assert sum(len(d) for d in files.values()) < 2.4 * 1024
-    resp = post_package(server, files)
+    resp = post_package(live, files)
     # The answer names the limit on files composed, which is counted before any merge: the
     # composition it would have cost (91,126 merges) is never started.
-    assert_refused(server, resp, CONFIG, f"more than {MAX_CONFIG_FILES} files")
+    assert_refused(live, resp, CONFIG, f"more than {MAX_CONFIG_FILES} files")
     assert "docs/methods.md" in resp.json()["hint"]
 
 
