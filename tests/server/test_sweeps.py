@@ -13,7 +13,7 @@ from starforge.contract.sweeps import EarlyStop, SweepRequest
 from starforge.server.db.metrics import MetricPoint
 from starforge.server.db.models import Run
 from starforge.server.runtime import Runtime
-from starforge.server.services import sweeps
+from starforge.server.services import actions, sweeps
 
 from .factories import FakeExecutor, package, report, run_row, schedule, spec
 
@@ -99,19 +99,36 @@ def test_asha_stops_the_worst_half_at_the_first_rung_and_status_ranks_them(
     losses = [0.5, 0.7, 0.9, 0.6, 0.8, 1.0]  # by variant: the best is variant 0
     for run_id, loss in zip(ids[:5], losses, strict=False):
         log_metric(rt, run_id, {1: 2.0, 5: loss})
-    # Five reached rung 5; the last may still: only the two certain to be out stop now.
+    # Five reached rung 5; the last may still. The two certain to be out stop; the third best
+    # (0.7) is in the top three only if the last reports worse: it waits at the rung, paused.
     assert sweeps.early_stop_pass(rt) == 2
     stopped = {i for i in ids if run_row(rt, i).status == JobStatus.STOPPING}
     assert stopped == {ids[2], ids[4]}
+    held = run_row(rt, ids[1])
+    assert held.status == JobStatus.PAUSING
+    assert held.reason.startswith(f"held by sweep {created.sweep_id} at rung 5: loss=0.7; ")
+    assert "waiting for 1 more variant(s) to reach step 5" in held.reason
+    assert {run_row(rt, i).status for i in (ids[0], ids[3], ids[5])} == {"running"}
+    report(rt, ids[1], "exited", exit_code=143)  # it saved its checkpoint and exited
+    assert run_row(rt, ids[1]).status == JobStatus.PAUSED
+    assert run_row(rt, ids[1]).reason.startswith(f"held by sweep {created.sweep_id} at rung 5")
+    sweeps.early_stop_pass(rt)
+    assert run_row(rt, ids[1]).status == JobStatus.PAUSED  # still waiting for the last one
+
     log_metric(rt, ids[5], {5: 1.0})
     assert sweeps.early_stop_pass(rt) == 1
     assert run_row(rt, ids[5]).status == JobStatus.STOPPING
+    promoted = run_row(rt, ids[1])
+    assert promoted.status == JobStatus.QUEUED
+    assert promoted.reason.startswith(
+        f"promoted by sweep {created.sweep_id} at rung 5: in the top 1/2"
+    )
     worst = run_row(rt, ids[5])
     assert worst.events[-1].actor == f"sweep {created.sweep_id}"
     assert worst.reason.startswith(
         f"early-stopped by sweep {created.sweep_id} at rung 5: loss=1 not in top 1/2"
     )
-    assert len(executor.stopped) == 3  # each stopped variant's runner was signalled
+    assert len(executor.stopped) == 4  # three stopped variants and the held one were signalled
     for run_id in stopped | {ids[5]}:  # their runners exit
         report(rt, run_id, "exited", exit_code=143)
     assert run_row(rt, ids[5]).status == JobStatus.STOPPED
@@ -124,4 +141,26 @@ def test_asha_stops_the_worst_half_at_the_first_rung_and_status_ranks_them(
     assert view.variants[0].params == GRID[0] and view.variants[0].metric == 0.5
 
     results = sweeps.stop(rt, "alice", created.sweep_id)
-    assert {r.status for r in results} == {JobStatus.STOPPING} and len(results) == 3
+    assert [r.status for r in results].count(JobStatus.STOPPING) == 2  # variants 0 and 3
+    assert [r.status for r in results].count(JobStatus.STOPPED) == 1  # the queued one
+
+
+def test_a_variant_its_user_paused_is_never_resumed_by_the_sweep(
+    rt: Runtime, executor: FakeExecutor
+) -> None:
+    rule = EarlyStop(metric="loss", rungs=[5], keep=2, mode="min")
+    created = sweeps.submit(rt, "alice", sft_request(rt, GRID[:4], rule))
+    ids = [r.run_id for r in created.runs]
+    start(rt, ids)
+    for run_id, loss in zip(ids[:3], [0.1, 0.2, 0.3], strict=True):
+        log_metric(rt, run_id, {5: loss})
+    assert actions.pause(rt, "alice", ids[0]).accepted  # the best one, sure to be promoted
+    report(rt, ids[0], "exited", exit_code=143)
+    sweeps.early_stop_pass(rt)
+    assert run_row(rt, ids[2]).status == JobStatus.STOPPING  # two better: out
+    assert run_row(rt, ids[1]).status == JobStatus.PAUSING  # held: the fourth may beat it
+    log_metric(rt, ids[3], {5: 0.9})
+    report(rt, ids[1], "exited", exit_code=143)
+    sweeps.early_stop_pass(rt)
+    assert run_row(rt, ids[1]).status == JobStatus.QUEUED  # the sweep's hold is released
+    assert run_row(rt, ids[0]).status == JobStatus.PAUSED  # the user's pause is not

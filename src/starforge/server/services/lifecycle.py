@@ -35,7 +35,7 @@ from starforge.server.db.engine import read_only
 from starforge.server.db.models import Attempt, Run, utcnow
 from starforge.server.executors.base import SupportsKill
 from starforge.server.runtime import Runtime
-from starforge.server.services import checkpoints, datasets
+from starforge.server.services import asha, checkpoints, datasets
 from starforge.server.services.users import token_digest
 
 # Exit codes of a node that was asked to pause: saved and exited 143 (SIGTERM), killed after the
@@ -215,6 +215,8 @@ def finish_attempt(
     reason = decision.reason + (verdict.note if verdict and not verdict.retry else "")
     if decision.status is JobStatus.STOPPED and run.reason not in ("", STOP_REQUESTED):
         reason = run.reason  # a stop that said why (a sweep's early stop) keeps saying it
+    if decision.status is JobStatus.PAUSED and run.reason.startswith(asha.HOLD_PREFIX):
+        reason = run.reason  # a sweep's hold keeps saying which rung it waits at
     if rt is not None and decision.status is JobStatus.PAUSED:
         out_dir = rt.storage.run_dir(run.user, run.project, run.experiment, run.id) / "out"
         kept = checkpoints.latest(out_dir)

@@ -7,10 +7,13 @@ Each variant is a run like any other: its spec carries the sweep tag (``JobSpec.
 hyperparameters are the common ones plus the variant's.
 
 :func:`early_stop_pass` (the leader's sweep loop) applies ASHA (``services/asha``) to every sweep
-with early stopping that still has active variants: the decision and the ``stopping`` transition
-(actor ``sweep S-ID``, reason naming the rung and the value) are committed before the runners are
-signalled. Once such a run is ``stopped`` its reason is set back to the sweep's note, so ``sf job
-status`` says why it ended, not merely that it was stopped.
+with early stopping that still has active variants, with actor ``sweep S-ID``: a variant ruled
+out goes ``stopping`` (reason naming the rung and the value; the stop keeps that reason once its
+runners exit, so ``sf job status`` says why it ended); a variant that must wait at its rung is
+held, ``pausing`` like ``sf job pause`` (its checkpoint saved, its GPUs and quota freed for the
+variants the rung waits on); a held variant that is promoted goes back to ``queued`` and continues
+from its checkpoint. Each decision is committed before any runner is signalled, and is taken
+again from the database (metrics, statuses, events) on every pass, so a killed pass is redone.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import logging
 import re
 import secrets
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import select
@@ -35,12 +39,23 @@ from starforge.server.db.metrics import MetricPoint
 from starforge.server.db.models import Run
 from starforge.server.db.sweeps import Sweep, SweepRun
 from starforge.server.runtime import Runtime
-from starforge.server.services import actions, admission, asha, blobs, jobs, quotas, users
+from starforge.server.services import (
+    actions,
+    admission,
+    asha,
+    blobs,
+    checkpoints,
+    dispatch,
+    jobs,
+    quotas,
+    users,
+)
 
 log = logging.getLogger(__name__)
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
 SWEEP_REF = re.compile(r"^s-[0-9a-z]{1,10}$")
-STOPPABLE_BY_SWEEP = frozenset({JobStatus.QUEUED, *ACTIVE}) - {JobStatus.STOPPING}
+# A paused variant is still the sweep's (held at a rung, or paused by its user): it may report.
+STOPPABLE_BY_SWEEP = frozenset({JobStatus.QUEUED, JobStatus.PAUSED, *ACTIVE}) - {JobStatus.STOPPING}
 
 
 def new_sweep_id() -> str:
@@ -278,8 +293,31 @@ def stop(rt: Runtime, user: str, ref: str) -> list[ActionResult]:
 # ---- early stopping (ASHA) --------------------------------------------------------------------
 
 
-def _judge(session: Session, sweep: Sweep, rule: EarlyStop) -> list[tuple[SweepRun, Run, str]]:
-    """Decide ``sweep``'s stops, write them (``stopping``, the note); return what to signal."""
+def _held_by(run: Run, actor: str) -> bool:
+    """Whether the sweep (``actor``) paused the run to hold it at a rung, and it still is."""
+    if JobStatus(run.status) not in (JobStatus.PAUSING, JobStatus.PAUSED):
+        return False
+    # Who asked for the pause: the event into pausing (or into paused from the queue); the one
+    # that ends a pausing attempt is the runner's.
+    asked = [
+        e
+        for e in run.events
+        if e.dst == JobStatus.PAUSING or (e.dst == JobStatus.PAUSED and e.src != JobStatus.PAUSING)
+    ]
+    return bool(asked) and max(asked, key=lambda e: e.id).actor == actor
+
+
+@dataclass
+class _Plan:
+    """What one pass does to a sweep, decided and written in its transaction."""
+
+    stops: list[tuple[Run, str]] = field(default_factory=list)  # (run, note)
+    holds: list[Run] = field(default_factory=list)  # to pause (after commit: signal)
+    changed: int = 0  # holds and promotions written (stops are counted apart)
+
+
+def _judge(rt: Runtime, session: Session, sweep: Sweep, rule: EarlyStop) -> _Plan:
+    """Decide ``sweep``'s stops, holds and promotions; write them; return what to signal."""
     members = _members(session, sweep.id)
     points = _points(session, [r.id for _, r in members], rule.metric)
     variants = [
@@ -292,16 +330,51 @@ def _judge(session: Session, sweep: Sweep, rule: EarlyStop) -> list[tuple[SweepR
         for member, run in members
     ]
     by_id = {run.id: (member, run) for member, run in members}
-    decided = []
-    for stop in asha.decide(variants, rule.rungs, rule.keep, rule.mode):
+    decided = asha.decide(variants, rule.rungs, rule.keep, rule.mode)
+    plan = _Plan()
+    actor = f"sweep {sweep.id}"
+    for stop in decided.stops:
         member, run = by_id[stop.run_id]
         session.refresh(run, with_for_update=True)
         if JobStatus(run.status) not in STOPPABLE_BY_SWEEP:
             continue  # it ended meanwhile
         note = asha.note(sweep.id, rule.metric, rule.keep, stop)
         member.stopped_rung, member.note = stop.rung, note
-        decided.append((member, run, note))
-    return decided
+        plan.stops.append((run, note))
+    held = {h.run_id for h in decided.holds}
+    for hold in decided.holds:
+        _, run = by_id[hold.run_id]
+        session.refresh(run, with_for_update=True)
+        if JobStatus(run.status) in (JobStatus.QUEUED, JobStatus.STARTING, JobStatus.RUNNING):
+            note = asha.hold_note(sweep.id, rule.metric, rule.keep, hold)
+            _hold_variant(session, run, actor, note, plan)
+            plan.changed += 1
+    for variant in variants:
+        _, run = by_id[variant.run_id]
+        gone = variant.run_id in held or variant.run_id in decided.out
+        if gone or JobStatus(run.status) is not JobStatus.PAUSED or not _held_by(run, actor):
+            continue
+        rung = max(variant.values, default=rule.rungs[0])
+        latest = checkpoints.latest(dispatch.run_dir_of(rt, run) / "out")
+        start = (
+            f"it continues from {latest.name} (step {latest.step})" if latest else "from the start"
+        )
+        reason = f"{asha.promote_note(sweep.id, rung, rule.keep)}; {start}"
+        statemachine.transition(session, run, JobStatus.QUEUED, reason=reason, actor=actor)
+        plan.changed += 1
+    return plan
+
+
+def _hold_variant(session: Session, run: Run, actor: str, note: str, plan: _Plan) -> None:
+    """Pause a variant at its rung: a queued one at once, a started one through ``pausing``."""
+    if JobStatus(run.status) is JobStatus.QUEUED:
+        end = EndReason.PAUSED_BY_USER  # the end reason of a pause, whoever asked for it
+        statemachine.transition(
+            session, run, JobStatus.PAUSED, reason=note, actor=actor, end_reason=end
+        )
+        return
+    statemachine.transition(session, run, JobStatus.PAUSING, reason=note, actor=actor)
+    plan.holds.append(run)
 
 
 def _stop_variant(session: Session, run: Run, sweep_id: str, note: str) -> list[str]:
@@ -324,10 +397,12 @@ def _stop_variant(session: Session, run: Run, sweep_id: str, note: str) -> list[
 
 def early_stop_pass(rt: Runtime) -> int:
     """One ASHA pass over the sweeps with early stopping and an active variant; the number of
-    variants it stopped. The stop's note stays the run's reason once it ended (lifecycle)."""
+    variants it stopped. Stops are signalled with ``stop_grace_s``, holds with
+    ``pause_grace_s`` (the training saves a checkpoint), both after the commit."""
     active = [s.value for s in STOPPABLE_BY_SWEEP | {JobStatus.STOPPING}]
-    refs: list[str] = []
-    stopped = 0
+    stop_refs: list[str] = []
+    pause_refs: list[str] = []
+    stopped = changed = 0
     with rt.transaction() as session:
         sweeps = session.scalars(
             select(Sweep)
@@ -344,12 +419,18 @@ def early_stop_pass(rt: Runtime) -> int:
             rule = early_stop_of(sweep)
             if rule is None:
                 continue
-            for _, run, note in _judge(session, sweep, rule):
-                refs += _stop_variant(session, run, sweep.id, note)
+            plan = _judge(rt, session, sweep, rule)
+            for run, note in plan.stops:
+                stop_refs += _stop_variant(session, run, sweep.id, note)
                 stopped += 1
-    for ref in refs:  # after commit: the decision is saved before it is acted on
+            for run in plan.holds:
+                pause_refs += actions.live_refs(run.current)
+            changed += plan.changed
+    for ref in stop_refs:  # after commit: the decision is saved before it is acted on
         rt.executor.stop(ref, rt.settings.stop_grace_s)
-    if stopped:
-        log.info("early stopping: %d variant(s) stopped", stopped)
+    for ref in pause_refs:
+        rt.executor.stop(ref, rt.settings.pause_grace_s)
+    if stopped or changed:
+        log.info("early stopping: %d variant(s) stopped, %d held or promoted", stopped, changed)
         rt.wake_scheduler()
     return stopped
