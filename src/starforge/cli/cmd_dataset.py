@@ -4,7 +4,8 @@
 content, and refuses the whole push), asks the server which blobs it lacks, uploads only those
 (the same content-addressed store as job packages) and commits the version. A version is
 immutable: pushing the same files again says so and uploads nothing; other files under an
-existing version are refused before a byte is uploaded.
+existing version are refused before a byte is uploaded. The upload is a job package's
+(:mod:`starforge.client.uploads`): small files many to a request, big ones streamed one each.
 """
 
 from __future__ import annotations
@@ -44,9 +45,10 @@ class Pushed:
     total_bytes: int
 
 
-def scan(folder: Path) -> Manifest:
+def scan(folder: Path, keep: dict[str, bytes] | None = None) -> Manifest:
     """Every file under ``folder`` hashed into a manifest; refused when the folder is empty, holds
-    a link, or holds anything the packer's sensitive-file policy refuses."""
+    a link, or holds anything the packer's sensitive-file policy refuses. ``keep``: filled with
+    the small files' content as hashed (by sha256), which the upload then sends from memory."""
     from starforge.contract.errors import InputNotFound, UsageError
     from starforge.project import packer
 
@@ -57,7 +59,7 @@ def scan(folder: Path) -> Manifest:
     paths = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if not p.is_dir())
     if not paths:
         raise UsageError(f"{folder} is empty: nothing to push", hint="put the files in it first")
-    manifest = packer.build_manifest(folder, paths)
+    manifest = packer.build_manifest(folder, paths, keep=keep)
     links = [f.path for f in manifest.files if f.symlink is not None]
     if links:
         raise UsageError(
@@ -88,15 +90,22 @@ def push_folder(
     readme: str = "",
     on_start: Callable[[int, int], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
+    scanned: Manifest | None = None,
+    contents: dict[str, bytes] | None = None,
 ) -> Pushed:
-    """Push ``folder`` as the caller's ``name@version``; see the module's docstring."""
+    """Push ``folder`` as the caller's ``name@version``; see the module's docstring.
+
+    ``scanned``: the folder's manifest when the caller has already hashed it (:func:`scan`),
+    ``contents`` what that scan kept."""
     from starforge.client import datasets as api
+    from starforge.client import uploads
     from starforge.contract.datasets import DatasetPush, manifest_bytes, parse_ref
     from starforge.contract.errors import DatasetVersionExists
 
     owner = client.whoami().user
     parse_ref(f"{owner}/{name}@{version}", "sf dataset push")  # a malformed name: exit 2
-    manifest = scan(folder)
+    kept: dict[str, bytes] = {} if contents is None else contents
+    manifest = scanned or scan(folder, kept)
     ref = f"{owner}/{name}@{version}"
     unique = {f.sha256: f for f in manifest.files}
     total = sum(f.size for f in unique.values())
@@ -113,8 +122,8 @@ def push_folder(
     todo_bytes = sum(f.size for f in todo)
     if on_start:
         on_start(len(todo), todo_bytes)
-    for entry in todo:
-        client.upload_blob(entry.sha256, folder / entry.path, on_progress)
+    # The same batches as a job's package (many small files to a request, big ones streamed).
+    uploads.upload_files(client, folder, todo, on_progress, kept)
     body = DatasetPush(
         name=name, version=version, files=manifest.files, public=public, readme=readme
     )
@@ -174,7 +183,8 @@ def push(
 
     out.set_json(json_out)
     parse_ref(f"you/{name}@{version}", "sf dataset push")  # malformed: exit 2, no server asked
-    scan(folder)  # an empty folder or a secret in it: refused before any server is asked
+    kept: dict[str, bytes] = {}
+    manifest = scan(folder, kept)  # empty, or a secret in it: refused before a server is asked
     card = ""
     if readme is not None:
         try:
@@ -185,7 +195,7 @@ def push(
         started, advanced = _progress_bar(stack, json_out)
         done = push_folder(
             client, name, version, folder, public=public, readme=card,
-            on_start=started, on_progress=advanced,
+            on_start=started, on_progress=advanced, scanned=manifest, contents=kept,
         )  # fmt: skip
     out.data(done.__dict__)
     if not done.created:
