@@ -323,27 +323,28 @@ def upload_and_submit(
     if on_upload_start:
         on_upload_start(len(todo), todo_bytes)
     uploads.upload_files(client, prepared.root, todo, on_progress, prepared.contents)
-    # A rerun after a lost answer or Ctrl-C sends the same key: the server returns its run.
+    # A key of this invocation's own (an identical submit started meanwhile makes its own run);
+    # a rerun after a lost answer or Ctrl-C takes it over: the server returns its run.
     content = {
         "spec": prepared.spec.model_dump(mode="json"),
         "manifest": prepared.manifest.model_dump(mode="json"),
         "max_retries": prepared.max_retries,
     }
-    key = pending.open_pending(content)
-    request = SubmitRequest(
-        spec=prepared.spec,
-        manifest=prepared.manifest,
-        idempotency_key=key.key,
-        max_retries=prepared.max_retries,
-    )
-    try:
-        response = _submit_with_retry(client, request)
-    except ServerUnreachable:
-        raise  # no answer: the record stays, and the next try reuses the key
-    except StarForgeError:
-        key.clear()  # the server answered with a refusal
-        raise
-    key.clear()
+    with pending.open_pending(content) as key:
+        request = SubmitRequest(
+            spec=prepared.spec,
+            manifest=prepared.manifest,
+            idempotency_key=key.key,
+            max_retries=prepared.max_retries,
+        )
+        try:
+            response = _submit_with_retry(client, request)
+        except ServerUnreachable:
+            raise  # no answer: the record stays (unlocked), and the next try reuses the key
+        except StarForgeError:
+            key.clear()  # the server answered with a refusal
+            raise
+        key.clear()
     unique = len(by_digest)
     total = sum(f.size for f in by_digest.values())
     return Submitted(
