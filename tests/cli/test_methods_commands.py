@@ -11,6 +11,8 @@ from collections.abc import Callable
 import pytest
 
 from starforge.catalog.loader import get_method
+from starforge.contract.errors import Rejected
+from starforge.contract.steps import check_steps
 from starforge.project.lab import Lab
 from tests.conftest import Result
 
@@ -25,6 +27,20 @@ def test_methods_describes_a_methods_parameters(sf: Callable[..., Result]) -> No
     got = sf("methods", "trl/grpo")
     assert got.code == 0
     assert "learning_rate" in got.out and "float (0, +inf)" in got.out
+
+
+def test_a_method_lists_the_actions_then_may_add_and_the_hints_name_that_command(
+    sf: Callable[..., Result],
+) -> None:
+    with pytest.raises(Rejected) as refused:
+        check_steps(["deploy"], get_method("trl/sft").actions, "trl/sft")
+    hint = refused.value.hint or ""
+    command = hint.split("`")[1].split()  # the command the hint names, run as written
+    assert command == ["sf", "methods", "trl/sft"]
+    got = sf(*command[1:])
+    assert got.code == 0, got.err
+    assert "action export: sf submit ... --then export (0 GPU(s))" in got.out
+    assert "action eval: sf submit ... --then eval (1 GPU(s), after export)" in got.out
 
 
 def test_ls_shows_method_framework_and_lock_state(

@@ -54,6 +54,9 @@ def methods(
         f"observability: {m.observability} · after training: "
         f"{', '.join(m.lifecycle) or '-'}"
     )
+    for action, needs in m.actions.items():  # what `sf submit --then ACTION` may add
+        after = f", after {', '.join(needs.after)}" if needs.after else ""
+        out.line(f"  action {action}: sf submit ... --then {action} ({needs.gpus} GPU(s){after})")
     for version, rt in m.runtime.versions.items():
         default = " (default)" if version == m.runtime.default else ""
         pins = ", ".join(rt.packages) or "user-managed"

@@ -77,7 +77,7 @@ def check_steps(steps: Sequence[str], declared: Mapping[str, ActionNeeds], metho
             known = ", ".join(declared) or "none"
             raise Rejected(
                 f"--then {action}: method {method_id} does not declare the action {action!r}",
-                hint=f"actions of {method_id}: {known} (`sf methods show {method_id}`)",
+                hint=f"actions of {method_id}: {known} (`sf methods {method_id}`)",
                 details={"action": action, "method": method_id, "declared": list(declared)},
             )
         if action in seen:

@@ -39,7 +39,7 @@ def _exportable(rt: Runtime, run: Run, step: int | None) -> JobSpec:
     if "export" not in get_method(run.method).actions:
         raise Rejected(
             f"method {run.method} of run {run.id} declares no export",
-            hint=f"`sf methods show {run.method}` lists what it can do",
+            hint=f"`sf methods {run.method}` lists what it can do",
         )
     out = rt.storage.run_dir(run.user, run.project, run.experiment, run.id) / "out"
     found = checkpoints.all_checkpoints(out / "checkpoints")
