@@ -17,6 +17,9 @@ streamed, then declared (refused from the header: over the ingest limit).
   before and after all the attacks. Aim: unchanged.
 * ``health``: ``/health`` latency (ms) idle, then during the attacks (median, max, count).
   Aim: the same (it stalled 6.4 s).
+* ``authenticated``: a submission of ``--auth-mb`` (a manifest of that many bytes, with the
+  server's own token) is parsed in a worker thread, off the event loop: its answer's seconds,
+  and ``/health`` meanwhile (max_ms: it stalled for the whole parse when FastAPI parsed the body).
 
 Usage: .venv/bin/python bench/security.py [--submit-mb 60] [--ingest-mb 152] [--rounds 5]
 """
@@ -128,6 +131,20 @@ def attacks(url: str, submit_mb: int, ingest_mb: int) -> dict[str, dict[str, obj
     }
 
 
+def big_submission(url: str, token: str, mb: int) -> tuple[dict[str, object], dict[str, float]]:
+    """A valid JSON submission of about ``mb`` MB (every file of a large package; the rest of
+    it invalid, so admission never starts) sent with a real token, ``/health`` probed meanwhile."""
+    entry = {"path": "data/part-000000.jsonl", "sha256": "0" * 64, "size": 1, "executable": False}
+    count = mb * MB // (len(json.dumps(entry)) + 2)
+    body = json.dumps({"manifest": {"files": [entry] * count}}).encode()
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    with HealthProbe(url) as during, httpx.Client(base_url=url, timeout=300) as http:
+        began = time.perf_counter()
+        status = http.post("/api/v1/jobs", content=body, headers=headers).status_code
+        seconds = time.perf_counter() - began
+    return {"status": status, "seconds": round(seconds, 3), "bytes": len(body)}, during.figures()
+
+
 def worst(name: str, rounds: list[dict[str, dict[str, object]]]) -> dict[str, object]:
     """The slowest round's figures of one attack (every round's status must agree)."""
     statuses = {r[name]["status"] for r in rounds}
@@ -140,6 +157,7 @@ def main() -> None:
     parser.add_argument("--submit-mb", type=int, default=60)
     parser.add_argument("--ingest-mb", type=int, default=152)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--auth-mb", type=int, default=16)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         proc, url = start_server(Path(tmp))
@@ -151,6 +169,8 @@ def main() -> None:
             with HealthProbe(url) as during:
                 rounds = [attacks(url, args.submit_mb, args.ingest_mb) for _ in range(args.rounds)]
             after = rss_kib(proc.pid)
+            token = (Path(tmp) / "server" / "local-token").read_text().strip()
+            authenticated, while_parsing = big_submission(url, token, args.auth_mb)
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=30)
@@ -162,6 +182,7 @@ def main() -> None:
         "rss_before": before,
         "rss_after": after,
         "health": {"idle": idle.figures(), "during_attacks": during.figures()},
+        "authenticated": {**authenticated, "health": while_parsing},
     }
     print(json.dumps(document, indent=2))
 

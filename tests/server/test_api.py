@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import stat
 from collections.abc import Iterator
 
@@ -250,3 +251,29 @@ def test_the_loops_start_a_submitted_run_and_notice_its_runner_vanish(
         eventually(lambda: status() == "starting", what="the scheduler loop")
         executor.die(executor.started[0][0])
         eventually(lambda: status() == "failed", what="the reconciler loop")
+
+
+def test_a_large_submission_is_refused_with_the_same_answer_as_a_small_one(
+    client: TestClient,
+) -> None:
+    """A body above the inline size is parsed in a worker thread (``bodies.parse_json``): its
+    errors are the ones a small body gets, and a body that is not JSON is a 400 too."""
+
+    def refused(padding: int) -> dict[str, object]:
+        body = submit_body(client, key=f"key-pad-{padding:06d}")
+        body["manifest"]["files"].append({"path": "../escape", "sha256": "0" * 64, "size": 1})
+        body["manifest"]["files"] += [
+            {"path": f"pad/file-{i:06d}.txt", "sha256": "0" * 64, "size": 1} for i in range(padding)
+        ]
+        got = client.post("/jobs", content=json.dumps(body).encode(), headers=JSON_ALICE)
+        assert got.status_code == 400, got.text
+        return got.json()
+
+    small, large = refused(0), refused(3_000)  # 0.3 MB: past INLINE_PARSE_BYTES
+    assert small["code"] == large["code"]
+    assert "escape" in str(small["message"]) and "escape" in str(large["message"])
+    not_json = client.post("/jobs", content=b"{" + b" " * 300_000, headers=JSON_ALICE)
+    assert not_json.status_code == 400, not_json.text
+
+
+JSON_ALICE = {**ALICE, "Content-Type": "application/json"}

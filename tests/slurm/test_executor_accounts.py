@@ -13,6 +13,7 @@ root's closed home here), as ``runner_command`` in server.yaml.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pwd
 import shutil
@@ -28,6 +29,7 @@ import pytest
 from starforge.project import experiments
 from starforge.project.lab import Lab
 from tests.conftest import Result, commit_all
+from tests.security.test_job_isolation import probes as line_probes
 from tests.security.test_run_identities import Member, member
 from tests.slurm.conftest import ROOT, SlurmCluster, wait_for
 from tests.slurm.starforge_on_slurm import (
@@ -249,3 +251,113 @@ def test_mapping_refuses_an_account_that_is_missing_root_or_another_members(
     bad = sf("admin", "user", "set-unix", "erin", "Not A Name")
     assert bad.code == 2
     sf("admin", "user", "set-unix", "frank", "--unset")
+
+
+VICTIM = """#!/usr/bin/env bash
+set -u
+echo "probe: user=$(id -un)"
+echo "probe: data=$(cat "$FORGE_TRAIN_DATA")"
+echo "$$" > "$FORGE_OUT_DIR/pid"
+while [[ ! -e "{gates}/$FORGE_RUN_ID" ]]; do sleep 0.05; done
+echo "probe: intact=$(sha256sum < "$FORGE_EXP_DIR/train.sh" | cut -c1-12)"
+echo "victory" > "$FORGE_OUT_DIR/result.txt"
+"""
+ATTACKER = """#!/usr/bin/env bash
+set -u
+source "$FORGE_EXP_DIR/target.env"
+echo "probe: user=$(id -un)"
+try() { if eval "$2" >/dev/null 2>&1; then echo "probe: $1=YES"; else echo "probe: $1=no"; fi; }
+try environ "grep -q TOKEN /proc/$VICTIM_PID/environ"
+try secret-file "cat $VICTIM_SECRET_FILE"
+try package "cat $VICTIM_RUN/work/experiments/victim/train.sh"
+try rewrite "echo 'echo bob says done' > $VICTIM_RUN/work/experiments/victim/train.sh"
+try out "ls $VICTIM_RUN/out"
+try logs "cat $VICTIM_RUN/logs/attempt-1.log"
+try binding "cat $VICTIM_RUN/state/attempt-1.node-0.binding.json"
+try kill "kill -9 $VICTIM_PID"
+try blobs "ls $FORGE_STORAGE_ROOT/blobs"
+try cache "cat $FORGE_STORAGE_ROOT/cache/datasets/alice/private-set/v1/rows.jsonl"
+try data-view "cat $VICTIM_RUN/datasets/alice/private-set/v1/rows.jsonl"
+try hf-cache "touch $FORGE_STORAGE_ROOT/cache/hf/poison"
+echo "probe: hf-home=$HF_HOME"
+"""
+
+
+def test_a_members_job_on_slurm_cannot_reach_another_members_running_job_secrets_or_data(
+    sf: Callable[..., Result],
+    monkeypatch: pytest.MonkeyPatch,
+    new_lab: Callable[..., Lab],
+    unix_users: tuple[str, str],
+    open_root: Path,
+    tmp_path: Path,
+) -> None:
+    """The attack of tests/security/test_run_identities.py on Slurm: B's job, knowing where
+    A's running job, its secret file and its private dataset are, tries each; every try fails,
+    and A's run succeeds with its script and output intact."""
+    ua, ub = unix_users
+    for earlier in ("alice", "bob"):  # this module's server is shared: free the accounts
+        sf("admin", "user", "set-unix", earlier, "--unset")
+    alice, bob = member(sf, monkeypatch, "alice2"), member(sf, monkeypatch, "bob2")
+    for name, account in (("alice2", ua), ("bob2", ub)):
+        assert sf("admin", "user", "set-unix", name, account).code == 0
+    pem = tmp_path / "key.pem"
+    pem.write_text("alice's private key\n")
+    assert alice("secret", "set", "KEY_PEM", "--from-file", str(pem)).code == 0
+    hf = tmp_path / "hf"
+    hf.write_text("hf_alice_token_3e5f\n")
+    assert alice("secret", "set", "HF_TOKEN", "--from-file", str(hf)).code == 0
+    rows = tmp_path / "private-set"
+    rows.mkdir()
+    (rows / "rows.jsonl").write_text('{"row": "alice unreleased"}\n')
+    assert alice("dataset", "push", "private-set", "v1", str(rows)).code == 0
+    gates = Path(tempfile.mkdtemp(prefix="gates-", dir=open_root))
+    gates.chmod(0o755)
+    victim_lab = job_lab(new_lab, "victim", VICTIM.format(gates=gates), {})
+    folder = victim_lab.root / "experiments" / "victim"
+    (folder / "config.yaml").write_text(
+        "starforge:\n  observability: platform\n"
+        "secrets:\n  - {name: KEY_PEM, as: file}\n  - {name: HF_TOKEN, as: env}\n"
+        "data:\n  train:\n    dataset: alice2/private-set@v1\n"
+    )
+    commit_all(victim_lab.root, "the victim's secrets and data")
+    got = alice(
+        "submit", "victim", "--profile", "h200:1", "--image", IMAGE, "--train-data",
+        "rows.jsonl", "--json", cwd=victim_lab.root,
+    )  # fmt: skip
+    assert got.code == 0, got.err
+    victim = str(got.json()["run_id"])  # type: ignore[index, call-overload]
+    run_dir = Path(str(run_of(alice, victim)["run_dir"]))
+    pid_file = run_dir / "out" / "pid"
+    wait_for(lambda: pid_file.is_file() and pid_file.read_text().strip(), "the victim's pid")
+    pid = pid_file.read_text().strip()
+    secret_file = next(
+        entry.split("=", 1)[1]
+        for entry in Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
+        if entry.startswith("KEY_PEM_FILE=")
+    )
+    env = f"VICTIM_PID={pid}\nVICTIM_SECRET_FILE={secret_file}\nVICTIM_RUN={run_dir}\n"
+    got = submit(bob, job_lab(new_lab, "attacker", ATTACKER, {"target.env": env}), "attacker")
+    assert got.code == 0, got.err
+    b_run = finished(bob, str(got.json()["run_id"]))  # type: ignore[index, call-overload]
+    b_log = logs_of(b_run)
+    assert b_run["status"] == "succeeded", b_log
+    seen = probes(b_log)
+    assert seen["user"] == ub, b_log
+    tries = (
+        "environ", "secret-file", "package", "rewrite", "out", "logs", "binding", "kill",
+        "blobs", "cache", "data-view", "hf-cache",
+    )  # fmt: skip
+    assert {k: seen[k] for k in tries} == dict.fromkeys(tries, "no"), b_log
+    assert seen["hf-home"].startswith(str(b_run["run_dir"]))  # B's own cache, in B's run
+
+    (gates / victim).touch()
+    a_run = finished(alice, victim)
+    a_log = logs_of(a_run)
+    assert a_run["status"] == "succeeded", a_log
+    mine = line_probes(a_log)
+    assert mine["user"] == ua
+    assert mine["data"] == '{"row": "alice unreleased"}'  # through the server's staging
+    expected = VICTIM.format(gates=gates).encode()
+    assert mine["intact"] == hashlib.sha256(expected).hexdigest()[:12]
+    assert (run_dir / "out" / "result.txt").read_text() == "victory\n"
+    assert "hf_alice_token_3e5f" not in b_log

@@ -59,6 +59,10 @@ class Binding(Contract):
     # no live run holds, for every node of the attempt, with ``job_gid`` (its member's group).
     job_uids: list[int] = Field(default_factory=list)
     job_gid: int = 0
+    # The server unpacked the package and linked the run's datasets into the run before it was
+    # submitted (``python -m starforge.runner stage``): a job of its member's Unix account reads
+    # neither the blob store nor the dataset cache, which are root's alone.
+    staged: bool = False
     resume_from: str = ""
     hf_offline: bool = True
     extra_env: dict[str, str] = Field(default_factory=dict)
@@ -131,6 +135,7 @@ def make_binding(
     job_user: str = "",
     job_uids: list[int] | None = None,
     job_gid: int = 0,
+    staged: bool = False,
     image: str = "",
     containers: str = "",
     framework: str = "",
@@ -167,6 +172,7 @@ def make_binding(
         job_user=job_user,
         job_uids=list(job_uids or []),
         job_gid=job_gid,
+        staged=staged,
         resume_from=resume_from,
         hf_offline=hf_offline,
         extra_env=dict(own.env),

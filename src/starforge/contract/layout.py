@@ -113,6 +113,16 @@ class RunLayout:
     def run_json(self) -> Path:
         return self.state / "run.json"
 
+    @property
+    def datasets(self) -> Path:
+        """The run's own views of its cached dataset versions (runner/datasets.private_views)."""
+        return self.dir / "datasets"
+
+    @property
+    def staged(self) -> Path:
+        """What the server staged for a job of its member's account (runner/stage.py)."""
+        return self.datasets / "staged.json"
+
     def log(self, attempt: int, node_rank: int = 0) -> Path:
         # Node 0 keeps the short name: single-node runs (the common case) read naturally.
         if node_rank == 0:

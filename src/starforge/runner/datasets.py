@@ -298,6 +298,21 @@ def private_views(
     return views
 
 
+def through_views(
+    views: dict[Path, Path], refs: dict[str, InputRef], found: dict[str, str]
+) -> tuple[dict[str, InputRef], dict[str, str]]:
+    """``refs`` and ``found`` (paths into the cache) rewritten to the run's views of it."""
+
+    def seen(path: str) -> str:
+        for cached, view in views.items():
+            if path == str(cached) or path.startswith(f"{cached}/"):
+                return str(view) + path[len(str(cached)) :]
+        return path
+
+    moved = {k: r.model_copy(update={"value": seen(r.value)}) for k, r in refs.items()}
+    return moved, {k: seen(v) for k, v in found.items()}
+
+
 def _link_or_copy(source: str, target: str) -> None:
     try:
         os.link(source, target)

@@ -37,7 +37,7 @@ from starforge.contract.jobspec import InputRef, JobSpec, Manifest
 from starforge.contract.layout import UNPACKED_MARKER, RunLayout
 from starforge.contract.packs import read_extents
 from starforge.contract.states import EndReason
-from starforge.runner import container, datasets, jobfork, jobuser, ranks, slurm, uids
+from starforge.runner import container, datasets, jobfork, jobuser, ranks, slurm, stage, uids
 from starforge.runner import secrets as job_secrets
 from starforge.runner.preflight import check_packages
 from starforge.runner.report import Reporter, write_exit_record, write_runner_record
@@ -137,11 +137,14 @@ class Runner:
             self.dataset_env = {**self.dataset_env, "FORGE_DATASET_OUT_DIR": str(out)}
         if not resolved:
             return spec
-        inputs = {key: getattr(spec.inputs, key) for key in resolved}
-        refs, found, said = datasets.prepare(
-            Path(self.binding.storage_root), resolved, inputs, self.packs
-        )
-        refs, found = self._dataset_views(refs, found)
+        if self.binding.staged:  # the server linked them into the run (runner/stage.py)
+            refs, found, said = stage.read(RunLayout(Path(self.binding.run_dir)))
+        else:
+            inputs = {key: getattr(spec.inputs, key) for key in resolved}
+            refs, found, said = datasets.prepare(
+                Path(self.binding.storage_root), resolved, inputs, self.packs
+            )
+            refs, found = self._dataset_views(refs, found)
         self.dataset_env = {**self.dataset_env, **found}
         for line in said:
             self.say(line)
@@ -162,15 +165,7 @@ class Runner:
         views = datasets.private_views(
             Path(b.storage_root), Path(b.run_dir), b.job_gid, [Path(v) for v in found.values()]
         )
-
-        def seen(path: str) -> str:
-            for cached, view in views.items():
-                if path == str(cached) or path.startswith(f"{cached}/"):
-                    return str(view) + path[len(str(cached)) :]
-            return path
-
-        moved = {k: r.model_copy(update={"value": seen(r.value)}) for k, r in refs.items()}
-        return moved, {k: seen(v) for k, v in found.items()}
+        return datasets.through_views(views, refs, found)
 
     def _compile(self, spec: JobSpec) -> LaunchPlan:
         """Preflight the runtime, compile the method's launch plan, write the files it needs."""
@@ -449,6 +444,8 @@ class Runner:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["stage"]:
+        return stage.main(argv[1:])
     if len(argv) != 1:
         print("usage: python -m starforge.runner BINDING_JSON", file=sys.stderr)
         return 2

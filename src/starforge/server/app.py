@@ -20,6 +20,7 @@ from typing import Any
 
 from fastapi import Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
+from pydantic.json_schema import models_json_schema
 
 from starforge import __version__
 from starforge.contract.api import API_PREFIX
@@ -155,7 +156,18 @@ def install_openapi(app: FastAPI) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            _document_parsed_bodies(schema)
             app.openapi_schema = errors.document_errors(schema, API_PREFIX)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _document_parsed_bodies(schema: dict[str, Any]) -> None:
+    """Add the models of the bodies routes parse themselves (``bodies.json_body``) to the
+    schema's components, where their ``requestBody`` refers to them."""
+    pairs = [(m, "validation") for m in bodies.PARSED_BODIES.values()]
+    _, found = models_json_schema(pairs, ref_template="#/components/schemas/{model}")
+    known = schema.setdefault("components", {}).setdefault("schemas", {})
+    for name, model_schema in found.get("$defs", {}).items():
+        known.setdefault(name, model_schema)

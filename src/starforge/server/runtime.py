@@ -143,7 +143,9 @@ def build_runtime(
     engine = make_engine(settings.db_url)
     migrate(engine)
     storage = Storage(settings.storage, locate=functools.partial(_locate_packed, engine))
-    if settings.job_uids:  # jobs of uids of their own: nothing of the store is theirs to read
+    # Jobs of uids of their own, or of their members' Unix accounts: nothing of the store is
+    # theirs to read (the runner or, on Slurm, the server stages what a run needs into it).
+    if settings.job_uids or settings.slurm_accounts:
         storage.close_private()
     storage.root.mkdir(parents=True, exist_ok=True)
     rt = Runtime(

@@ -8,19 +8,30 @@ limit and kept only when every blob in it hashes to its name.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from starforge.contract.api import MissingBlobsRequest, MissingBlobsResponse
 from starforge.server.api.authz import Submitter
+from starforge.server.api.bodies import body_doc, json_body
 from starforge.server.api.deps import RuntimeDep
 from starforge.server.services import blobs
 
 router = APIRouter()
 
 
-@router.post("/blobs/missing", response_model=MissingBlobsResponse)
-def missing(body: MissingBlobsRequest, rt: RuntimeDep, user: Submitter) -> MissingBlobsResponse:
+@router.post(
+    "/blobs/missing",
+    response_model=MissingBlobsResponse,
+    openapi_extra=body_doc(MissingBlobsRequest),
+)
+def missing(
+    body: Annotated[MissingBlobsRequest, json_body(MissingBlobsRequest)],
+    rt: RuntimeDep,
+    user: Submitter,
+) -> MissingBlobsResponse:
     return MissingBlobsResponse(missing=blobs.missing(rt, user, body.digests))
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
@@ -13,14 +15,17 @@ from starforge.contract.datasets import (
     VisibilityUpdate,
 )
 from starforge.server.api.authz import Reader, Submitter
+from starforge.server.api.bodies import body_doc, json_body
 from starforge.server.api.deps import RuntimeDep
 from starforge.server.services import datasets
 
 router = APIRouter()
 
 
-@router.post("/datasets", response_model=DatasetPushResult)
-def push(body: DatasetPush, rt: RuntimeDep, user: Submitter) -> JSONResponse:
+@router.post("/datasets", response_model=DatasetPushResult, openapi_extra=body_doc(DatasetPush))
+def push(
+    body: Annotated[DatasetPush, json_body(DatasetPush)], rt: RuntimeDep, user: Submitter
+) -> JSONResponse:
     result = datasets.push(rt, user, body)
     return JSONResponse(result.model_dump(mode="json"), status_code=201 if result.created else 200)
 

@@ -19,6 +19,7 @@ from starforge.contract.api import (
 )
 from starforge.contract.states import JobStatus
 from starforge.server.api.authz import ActOnRun, Reader, ReadRun, Submitter
+from starforge.server.api.bodies import body_doc, json_body
 from starforge.server.api.deps import RuntimeDep
 from starforge.server.services import actions, jobs, logs
 
@@ -28,8 +29,12 @@ if TYPE_CHECKING:
 router = APIRouter()
 
 
-@router.post("/jobs", response_model=SubmitResponse, status_code=201)
-def submit(body: SubmitRequest, rt: RuntimeDep, user: Submitter) -> Response:
+@router.post(
+    "/jobs", response_model=SubmitResponse, status_code=201, openapi_extra=body_doc(SubmitRequest)
+)
+def submit(
+    body: Annotated[SubmitRequest, json_body(SubmitRequest)], rt: RuntimeDep, user: Submitter
+) -> Response:
     """201 with the new run, or 200 with the run an earlier request with the key made (the
     caller was authenticated by the gate before the body was read)."""
     result = jobs.submit(rt, user, body)

@@ -12,15 +12,21 @@ from fastapi import APIRouter, Query, Response
 from starforge.contract.api import RunList
 from starforge.contract.sweeps import SweepCreated, SweepList, SweepRequest, SweepStopped, SweepView
 from starforge.server.api.authz import ActOnRun, Reader, ReadRun, Submitter
+from starforge.server.api.bodies import body_doc, json_body
 from starforge.server.api.deps import RuntimeDep
 from starforge.server.services import sweeps
 
 router = APIRouter()
 
 
-@router.post("/sweeps", response_model=SweepCreated, status_code=201)
+@router.post(
+    "/sweeps", response_model=SweepCreated, status_code=201, openapi_extra=body_doc(SweepRequest)
+)
 def submit_sweep(
-    body: SweepRequest, response: Response, rt: RuntimeDep, user: Submitter
+    body: Annotated[SweepRequest, json_body(SweepRequest)],
+    response: Response,
+    rt: RuntimeDep,
+    user: Submitter,
 ) -> SweepCreated:
     result = sweeps.submit(rt, user, body)
     response.status_code = 201 if result.created else 200

@@ -33,6 +33,7 @@ import logging
 import os
 import pwd
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -234,6 +235,7 @@ class SlurmExecutor:
             return {n.rank: f"{PREFIX}{existing}:{n.rank}" for n in nodes}
         account = submit_account(nodes[0].binding_path)
         if account is not None:
+            stage_run(nodes[0].binding_path, account)
             hand_run_to(account, nodes[0].binding_path.parent.parent)
         script = slurm_compile.compile_batch(self.batch_job(job_name, nodes, pools, image))
         out = run_cli(slurm_compile.sbatch_argv(account), stdin=script)
@@ -369,9 +371,22 @@ def submit_account(binding_path: Path) -> slurm_compile.Account | None:
     return slurm_compile.Account(name=name, uid=entry.pw_uid, gid=entry.pw_gid)
 
 
+def stage_run(binding_path: Path, account: slurm_compile.Account) -> None:
+    """Unpack the run's package and link its datasets into the run, as root, before the attempt
+    is submitted as ``account``, which may read neither the blob store nor the dataset cache
+    (``python -m starforge.runner stage``: the runner's own code, in a process of its own, as
+    the control plane never imports the runner)."""
+    argv = [sys.executable, "-m", "starforge.runner", "stage", str(binding_path), str(account.gid)]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        said = (done.stderr.strip() or done.stdout.strip()).splitlines()
+        raise SlurmError(said[-1] if said else f"staging the run exited {done.returncode}")
+
+
 def hand_run_to(account: slurm_compile.Account, run_dir: Path) -> None:
     """Give ``account`` its run's folders (recursively: a retry's new bindings too) and the
-    member's folder of runs, each closed to every other account (0700)."""
+    member's folder of runs, each closed to every other account (0700). The run's dataset views
+    stay root's (read-only links to the cache: the job must change none of them)."""
     mine = run_dir.parents[2] if len(run_dir.parents) > 3 else None  # <root>/runs/<member>
     if mine is not None and mine.parent.name == "runs":
         for folder in [mine, *[p for p in run_dir.parents if mine in p.parents]]:
@@ -381,7 +396,10 @@ def hand_run_to(account: slurm_compile.Account, run_dir: Path) -> None:
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
     os.chown(run_dir, account.uid, account.gid)
     os.chmod(run_dir, 0o700)
+    views = RunLayout(run_dir).datasets
     for folder, dirs, files in os.walk(run_dir):
+        if Path(folder) == run_dir and views.name in dirs:
+            dirs.remove(views.name)  # neither followed nor handed over
         for name in dirs + files:
             os.lchown(os.path.join(folder, name), account.uid, account.gid)
 

@@ -271,6 +271,8 @@ def write_bindings(
             hf_offline=rt.settings.hf_offline,
             job_token=job_token,
             job_user=rt.settings.job_user_name if job_user is None else job_user,
+            # A member's own account reads no store: the Slurm executor stages the run first.
+            staged=job_user is not None,
             job_uids=job_ids[0],
             job_gid=job_ids[1],
             image=run.image,
