@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -52,6 +53,20 @@ def test_a_gate_out_of_reach_stops_the_pipeline_short_with_its_reason(
     assert report["gate"]["reason"].startswith("gate loss <= 0.001 failed: loss = ")
     log = sf("job", "logs", eval_id, "--no-follow").out
     assert "[gate] gate loss <= 0.001 failed" in log
+    # The status names the gate, its bound and the value, not only "exit code 3".
+    gate = done["gate"]
+    assert isinstance(gate, dict) and gate["run_id"] == eval_id
+    assert (gate["metric"], gate["bound"], gate["threshold"]) == ("loss", "max", 0.001)
+    assert gate["passed"] is False and gate["value"] == report["metrics"]["loss"]
+    assert str(done["reason"]).startswith("eval gate failed: loss = ")
+    assert str(done["reason"]).endswith(", at most 0.001 required (exit code 3)")
+    shown = sf("job", "status", eval_id)
+    assert shown.code == 0 and "loss <= 0.001: failed, loss = " in shown.out
+    training: Any = sf("job", "status", root, "--json").json()
+    assert training["reason"].startswith(
+        f"completed; pipeline stopped at step eval ({eval_id}), failed: eval gate failed: loss = "
+    )
+    assert training["gate"]["passed"] is False
     listed = sf("job", "ls", "--json").json()
     assert isinstance(listed, list) and listed[0]["run_id"] == root
     assert listed[0]["steps_done"] == "1/2!"

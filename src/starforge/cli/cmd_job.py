@@ -13,7 +13,7 @@ from starforge.cli.output import JsonOpt, ago, out, status_text
 # Command modules import the client lazily, inside each command: `sf --help` stays fast.
 if TYPE_CHECKING:
     from starforge.client.http import Client
-    from starforge.contract.api import RunView
+    from starforge.contract.api import GateView, RunView
 
 app = typer.Typer(help="Follow and control runs.", no_args_is_help=True)
 
@@ -166,6 +166,8 @@ def status(run: RunArg = None, json_out: JsonOpt = False) -> None:
         rows.insert(at, ("steps", _steps(view) + " done"))
     if view.step is not None:
         rows.insert(at, ("step", f"{view.step.action} of run {view.step.root_run_id}"))
+    if view.gate is not None:
+        rows.insert(at, ("gate", _gate(view.gate)))
     for key, ref in view.datasets.items():  # the exact versions admission resolved
         rows.insert([k for k, _ in rows].index("commit"), (key.replace("_", " "), ref))
     for key, value in rows:
@@ -204,6 +206,14 @@ def status(run: RunArg = None, json_out: JsonOpt = False) -> None:
                 for a in view.attempts
             ],
         )
+
+
+def _gate(gate: GateView) -> str:
+    """``loss <= 0.001: failed, loss = 2.31 (eval r-...)``: the bound, the verdict, the value."""
+    sign = ">=" if gate.bound == "min" else "<="
+    verdict = {True: "passed", False: "failed", None: "not judged yet"}[gate.passed]
+    value = f", {gate.metric} = {gate.value:.6g}" if gate.value is not None else ""
+    return f"{gate.metric} {sign} {gate.threshold:g}: {verdict}{value} (eval {gate.run_id})"
 
 
 def _pending_rows(view: RunView) -> list[tuple[str, str]]:

@@ -145,6 +145,7 @@ class RunView(Contract):
     # A training run with ``--then`` steps: each step in order (run_id "" until it exists).
     steps: list[StepView] = Field(default_factory=list)
     step: StepView | None = None  # a step run: which step of which run it is
+    gate: GateView | None = None  # an eval step's gate, or a pipeline's (its eval step's)
 
     # The platform datasets the run reads, as admission resolved them: input -> OWNER/NAME@VERSION.
     datasets: dict[str, str] = Field(default_factory=dict)
@@ -159,6 +160,18 @@ class StepView(Contract):
     run_id: str = ""  # "" while the step has not been created (training still going, or short)
     status: JobStatus | None = None
     reason: str = ""
+
+
+class GateView(Contract):
+    """An eval gate (``eval: {gate: ...}``) and, once the eval reported, how it was judged."""
+
+    run_id: str  # the eval step run that judges it
+    metric: str
+    bound: Literal["min", "max"]  # min: the metric must be at least the threshold; max: at most
+    threshold: float
+    value: float | None = None  # None until the eval reported it (or it produced none)
+    passed: bool | None = None  # None until the eval ran
+    reason: str = ""  # the eval's own words, e.g. "gate loss <= 0.001 failed: loss = 2.31"
 
 
 class ExportRequest(Contract):

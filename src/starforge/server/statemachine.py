@@ -12,7 +12,8 @@ it reaches a terminal status and cleared when ``retry`` sends it back to the que
 ``end_reason`` and ``exit_code``, which describe only the latest ending).
 
 Success of a run with further ``--then`` steps queues the next step run in the same transaction
-(:func:`start_next_step`): a step exists exactly when the success that starts it does.
+(:func:`start_next_step`): a step exists exactly when the success that starts it does. When a
+step ends, the training run's reason says how its pipeline stands (:func:`note_pipeline`).
 
 A node's record changes only through :func:`node_event`, which consults
 :data:`~starforge.contract.states.NODE_TRANSITIONS`: an event the table rejects changes nothing
@@ -50,6 +51,7 @@ from starforge.contract.states import (
 )
 from starforge.server import pipeline
 from starforge.server.db.models import Attempt, Event, Run, utcnow
+from starforge.server.db.steps import RunStep
 from starforge.server.services import notify
 
 
@@ -125,6 +127,8 @@ def transition(
         notify.enqueue(session, run, now)
     if dst is JobStatus.SUCCEEDED:
         start_next_step(session, run)
+    if dst.is_terminal:
+        note_pipeline(session, run)
 
 
 def _record_event(session: Session, event: dict[str, Any]) -> None:
@@ -152,6 +156,34 @@ def start_next_step(session: Session, run: Run) -> Run | None:
     session.add(row)
     set_reason(run, f"{run.reason}; next step: {action} ({child.id})")
     return child
+
+
+def note_pipeline(session: Session, run: Run) -> None:
+    """Say on the training run how its pipeline (``--then``) stands now that its step ``run``
+    ended: the next step, done, or where and why it stopped short (a failed gate's words)."""
+    step = (run.spec or {}).get("step")
+    if not isinstance(step, dict) or not step.get("root_run_id"):
+        return
+    root = session.get(Run, str(step["root_run_id"]))
+    if root is None or list((root.spec or {}).get("steps") or []) != step.get("actions"):
+        return  # a standalone step (``sf export``) is no part of the training run's pipeline
+    made = session.execute(
+        sa.select(RunStep.position, RunStep.action, RunStep.run_id)
+        .where(RunStep.root_run_id == root.id)
+        .order_by(RunStep.position)
+    ).all()
+    action, index = str(step.get("action")), int(step.get("index") or 0)
+    later = [(a, rid) for pos, a, rid in made if pos > index]
+    if run.status != JobStatus.SUCCEEDED.value:
+        text = f"pipeline stopped at step {action} ({run.id}), {run.status}: {run.reason}"
+    elif later:
+        text = f"step {action} ({run.id}) succeeded; next step: {later[0][0]} ({later[0][1]})"
+    elif index + 1 < len(step.get("actions") or []):
+        short = run.reason.split("; ", 1)[1] if "; " in run.reason else "not started"
+        text = f"pipeline stopped after step {action} ({run.id}): {short}"
+    else:
+        text = "pipeline done: " + ", ".join(f"{a} ({rid})" for _, a, rid in made) + " succeeded"
+    set_reason(root, f"{root.reason.split('; ', 1)[0]}; {text}")
 
 
 def place_nodes(attempt: Attempt, nodes: dict[int, NodeRecord]) -> None:

@@ -45,6 +45,7 @@ from starforge.server.services import (
     admission,
     blobs,
     datasets,
+    gates,
     images,
     isolation,
     lifecycle,
@@ -357,6 +358,7 @@ def get(rt: Runtime, user: str, ref: str) -> RunView:
         found = view(rt, run)
         queue.explain(rt, session, [(run, found)])
         pipelines.attach(session, [run], [found])
+        gates.attach(rt, run, found)
         hide_others(session, user, [found])
     return found
 

@@ -35,7 +35,7 @@ from starforge.server.db.engine import read_only
 from starforge.server.db.models import Attempt, Run, utcnow
 from starforge.server.executors.base import SupportsKill
 from starforge.server.runtime import Runtime
-from starforge.server.services import asha, checkpoints, datasets
+from starforge.server.services import asha, checkpoints, datasets, gates
 from starforge.server.services.users import token_digest
 
 # Exit codes of a node that was asked to pause: saved and exited 143 (SIGTERM), killed after the
@@ -212,7 +212,10 @@ def finish_attempt(
     attempt.end_reason = decision.end_reason.value
     run.exit_code = decision.exit_code
     verdict = judge_retry(rt, run, decision) if rt is not None else None
-    reason = decision.reason + (verdict.note if verdict and not verdict.retry else "")
+    failure = decision.reason
+    if rt is not None and decision.status is JobStatus.FAILED:  # a failed eval gate says so
+        failure = gates.failure_reason(rt, run, decision.exit_code) or failure
+    reason = failure + (verdict.note if verdict and not verdict.retry else "")
     if decision.status is JobStatus.STOPPED and run.reason not in ("", STOP_REQUESTED):
         reason = run.reason  # a stop that said why (a sweep's early stop) keeps saying it
     if decision.status is JobStatus.PAUSED and run.reason.startswith(asha.HOLD_PREFIX):
