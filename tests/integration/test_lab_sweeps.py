@@ -145,37 +145,88 @@ def test_a_dry_run_sweep_lists_the_typed_variants_and_submits_nothing(
     assert typo.code == 2 and "seed" in typo.err
 
 
+def synchronous_halving(
+    losses: dict[str, list[float | None]], rungs: list[int], keep: int
+) -> dict[str, int]:
+    """Who successive halving rules out at which rung, the whole rung known at once (runs in
+    grid order: a tie goes to the earlier one)."""
+    alive, out = list(losses), {}
+    for r, rung in enumerate(rungs):
+        reached = [x for x in alive if losses[x][r] is not None]
+        ranked = sorted(reached, key=lambda x: (losses[x][r], alive.index(x)))
+        kept = max(1, len(ranked) // keep)
+        out.update({x: rung for x in ranked[kept:]})
+        alive = [x for x in alive if x in ranked[:kept]]
+    return out
+
+
+def most_at_once(views: dict[str, dict[str, Any]]) -> int:
+    """The most variants that held resources at the same time, from their events."""
+    holding = {"starting", "running", "pausing", "stopping"}
+    edges = []
+    for view in views.values():
+        was = False
+        for event in view["events"]:
+            now = event["dst"] in holding
+            if now != was:
+                edges.append((event["at"], 1 if now else -1))
+            was = now
+    level = peak = 0
+    for _, step in sorted(edges, key=lambda e: (e[0], e[1])):  # a release before a start
+        level += step
+        peak = max(peak, level)
+    return peak
+
+
 @pytest.mark.training
-def test_a_sweep_of_six_tiny_sft_runs_stops_the_worst_at_the_first_rung_and_ranks_them(
+def test_a_sweep_two_at_a_time_rules_out_what_synchronous_halving_would(
     sf: Callable[..., Result], new_lab: Callable[..., Lab]
 ) -> None:
     lab = sft_lab(new_lab)
-    got = sf(
-        "sweep", "s1", "-g", "learning_rate=0.0001,0.004", "-g", "seed=1,2,3", *SFT_ARGS,
-        "--early-stop", "--stop-metric", "loss", "--rungs", "4", "--keep", "2", "--json",
-        cwd=lab.root,
-    )  # fmt: skip
-    assert got.code == 0, got.err + got.out[-2000:]
-    created = got.json()
-    assert isinstance(created, dict)
-    sweep_id, runs = created["sweep_id"], [r["run_id"] for r in created["runs"]]
-    assert len(runs) == 6 and created["files_uploaded"] >= 1
-    listed = sf("job", "ls", "--sweep", sweep_id, "--json").json()
-    assert isinstance(listed, list) and [r["run_id"] for r in listed] == runs
+    user = me(sf)
+    before: Any = sf("admin", "quota", "show", user, "--json").json()
+    limit = before["quota"]["max_runs"]
+    assert sf("admin", "quota", "set", user, "--max-runs", "2").code == 0
+    try:
+        got = sf(
+            "sweep", "s1", "-g", "learning_rate=0.0001,0.004", "-g", "seed=1,2,3", *SFT_ARGS,
+            "--early-stop", "--stop-metric", "loss", "--rungs", "4,8", "--keep", "2", "--json",
+            cwd=lab.root,
+        )  # fmt: skip
+        assert got.code == 0, got.err + got.out[-2000:]
+        created = got.json()
+        assert isinstance(created, dict)
+        sweep_id, runs = created["sweep_id"], [r["run_id"] for r in created["runs"]]
+        assert len(runs) == 6 and created["files_uploaded"] >= 1
+        listed = sf("job", "ls", "--sweep", sweep_id, "--json").json()
+        assert isinstance(listed, list) and [r["run_id"] for r in listed] == runs
+        views: dict[str, Any] = {r: wait_for(sf, r, FINAL, timeout=1200) for r in runs}
+    finally:
+        sf("admin", "quota", "set", user, "--max-runs", "none" if limit is None else str(limit))
 
-    views = {r: wait_for(sf, r, FINAL, timeout=600) for r in runs}
-    stopped = {r for r, v in views.items() if v["status"] == "stopped"}
-    finished = {r for r, v in views.items() if v["status"] == "succeeded"}
-    assert len(stopped) == 3 and len(finished) == 3, {r: v["status"] for r, v in views.items()}
-    for r in stopped:
-        assert str(views[r]["reason"]).startswith(f"early-stopped by sweep {sweep_id} at rung 4")
-    rung = {r: loss_at(sf, r, 4) for r in runs}
-    assert max(rung[r] for r in finished) <= min(rung[r] for r in stopped)  # type: ignore[type-var]
+    losses = {r: [loss_at(sf, r, 4), loss_at(sf, r, 8)] for r in runs}
+    expected = synchronous_halving(losses, [4, 8], 2)
+    assert sorted(expected.values()) == [4, 4, 4, 8, 8]  # six reached rung 4: 3, then 1, kept
+    statuses = {r: v["status"] for r, v in views.items()}
+    assert {r for r, s in statuses.items() if s == "stopped"} == set(expected), statuses
+    (best,) = set(runs) - set(expected)
+    assert statuses[best] == "succeeded"
+    for r, rung in expected.items():
+        assert str(views[r]["reason"]).startswith(
+            f"early-stopped by sweep {sweep_id} at rung {rung}: loss="
+        )
+        steps: Any = sf("job", "metrics", r, "-k", "loss", "--json").json()
+        assert max(max(s["steps"]) for s in steps["series"]) < 40  # none ran to the end
+    assert most_at_once(views) <= 2  # the quota held throughout
+    promoted = [
+        e for v in views.values() for e in v["events"]
+        if e["actor"] == f"sweep {sweep_id}" and e["dst"] == "queued"
+    ]  # fmt: skip
+    assert promoted and all(e["reason"].startswith("promoted by sweep") for e in promoted)
 
     status = sf("sweep", "status", sweep_id, "--json").json()
     assert isinstance(status, dict)
-    ranked = [v["run_id"] for v in status["variants"]]
-    assert set(ranked[:3]) == finished  # the finished ones lead on their final loss
+    assert status["variants"][0]["run_id"] == best  # the one that finished leads
     assert [v["rank"] for v in status["variants"]] == [1, 2, 3, 4, 5, 6]
     table = sf("sweep", "status", sweep_id)
     assert table.code == 0 and "learning_rate" in table.out and "LOSS" in table.out
