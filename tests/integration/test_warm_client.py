@@ -241,3 +241,43 @@ def test_ctrl_c_interrupts_a_warm_command_as_it_does_a_cold_one(
     said = {warm: [line for line in got[warm].err.splitlines() if line] for warm in got}
     assert (got[True].code, said[True]) == (got[False].code, said[False])
     assert got[True].code == 130
+
+
+def sf_into_closed_pipe(*args: str, cwd: Path, warm: bool) -> tuple[int, str, bool]:
+    """`sf ARGS | head -1` once head has exited: stdout is a pipe nobody reads any more (every
+    write fails at once, so nothing depends on timing). (exit code, stderr, whether warm)."""
+    read, write = os.pipe()
+    os.close(read)
+    environ = {**os.environ, "STARFORGE_WARM_CLIENT": "1" if warm else "0"}
+    program = (
+        [sys.executable, "-c", _PROBE] if warm else [sys.executable, "-m", "starforge.cli.main"]
+    )
+    try:
+        done = subprocess.run(
+            [*program, *args], cwd=cwd, env=environ, stdout=write, stderr=subprocess.PIPE,
+            text=True, check=False,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    err = done.stderr
+    if not warm:
+        return done.returncode, err, False
+    *lines, last = err.splitlines()
+    report = json.loads(last)
+    warmed = not any(m.split(".")[0] in HEAVY for m in report["modules"])
+    return report["code"], "\n".join(lines), warmed
+
+
+@pytest.mark.parametrize("args", [SUBMIT, ("submit", "--help")], ids=["submit", "help"])
+def test_a_submit_into_a_closed_pipe_exits_quietly_warm_as_cold(
+    sf_home: Path, custom_lab: Callable[..., Lab], daemon: Callable[..., int], args: tuple[str, ...]
+) -> None:
+    lab = custom_lab()
+    daemon(lab.root)
+    cold = sf_into_closed_pipe(*args, cwd=lab.root, warm=False)
+    warm = sf_into_closed_pipe(*args, cwd=lab.root, warm=True)
+    assert warm[2], "the daemon ran it"
+    for code, err, _ in (cold, warm):
+        assert code == 1
+        assert "Traceback" not in err and "Broken pipe" not in err, err
+    assert (warm[0], warm[1].strip()) == (cold[0], cold[1].strip())  # what the cold one says

@@ -21,6 +21,8 @@ started for the next submit (``STARFORGE_WARM_CLIENT=0``: never).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 
 TYPE_CHECKING = False  # typing, and every import below, only after the fast path declined
@@ -82,6 +84,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _os_error(exc: OSError, debug: bool) -> int:
+    if isinstance(exc, BrokenPipeError):  # its reader closed stdout (`| head -1`): exit quietly
+        with contextlib.suppress(OSError):  # and let no later flush of stdout complain either
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     if debug:
         raise exc
     from starforge.contract.errors import StarForgeError

@@ -201,6 +201,10 @@ def _child(conn: socket.socket, daemons: list[Any], fds: list[int], request: Any
         from starforge.cli.main import main
 
         code = main(list(request["argv"]))
+    except SystemExit as exc:  # as a cold `sf` ends: rich's answer to a closed stdout (`| head`)
+        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    except BrokenPipeError:  # its reader closed stdout: nothing more to say, as a cold `sf`
+        code = 1
     except BaseException:  # the child must reach os._exit, whatever happened
         import traceback
 
