@@ -44,6 +44,7 @@ VICTIM = """#!/usr/bin/env bash
 set -u
 echo "probe: uid=$(id -u) gid=$(id -g)"
 echo "probe: data=$(cat "$FORGE_TRAIN_DATA")"
+echo "probe: virtual-gpus=${FORGE_VIRTUAL_GPUS:-unset} cuda=${CUDA_VISIBLE_DEVICES:-unset}"
 mkdir -p "$HF_HOME" && touch "$HF_HOME/mine" && echo "probe: hf-write=ok"
 echo started > "$FORGE_OUT_DIR/started"
 while [ ! -e "$FORGE_OUT_DIR/gate" ]; do sleep 0.05; done
@@ -233,6 +234,9 @@ def test_two_members_jobs_in_podman_cannot_reach_each_other(
                                     zip(mounts, ["out", "work"], strict=True)), mounts  # fmt: skip
     assert seen["hf-home"].endswith(f"/{attacker}/out/.starforge/hf")  # B's own
     assert mine["hf-write"] == "ok"  # A's own cache is A's to write
+    # The h200:1 profile on this GPU-less host: no CDI device asked of podman, the job told so.
+    assert mine["virtual-gpus"] == "1 cuda=unset", victim_log
+    assert "the node's GPUs [0] are the virtual inventory's" in victim_log
     assert mine["intact"] == hashlib.sha256(VICTIM.encode()).hexdigest()[:12]
     assert (run_dir / "out" / "result.txt").read_text() == "victory\n"
     assert mine["data"] == '{"row": "alice unreleased"}'

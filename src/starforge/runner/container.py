@@ -43,6 +43,7 @@ from pathlib import Path
 
 import starforge
 from starforge.contract.env import Binding
+from starforge.contract.errors import RunnerError
 
 RUNTIME = "runc"  # crun refuses a cgroup v1+v2 hybrid (docs/containers.md)
 NPROC_CAP = 32768  # podman lowers its own nproc limit to this before it starts the container
@@ -55,6 +56,10 @@ MEMORY_ENV = "STARFORGE_CONTAINER_MEMORY"
 MOUNTS_ENV = "STARFORGE_CONTAINER_MOUNTS"
 # Values podman takes from its own environment, not its argv (readable by every host user).
 HIDDEN_ENV = ("STARFORGE_TOKEN",)
+# Where podman finds CDI specs (the NVIDIA Container Toolkit writes one per host).
+CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
+# Set (1) for a job whose GPUs are the virtual inventory's: the host has none, it trains on the CPU.
+VIRTUAL_GPUS_ENV = "FORGE_VIRTUAL_GPUS"
 
 
 @dataclass(frozen=True)
@@ -134,6 +139,41 @@ def host_gpus() -> bool:
     """Whether this host has NVIDIA GPUs to inject. A host without (the virtual inventory:
     jobs train on the CPU) injects none, as its jobs on the host see none."""
     return shutil.which("nvidia-smi") is not None
+
+
+def cdi_names_gpus(dirs: tuple[Path, ...] = CDI_DIRS) -> bool:
+    """Whether a CDI spec on this host names NVIDIA GPUs (what ``--device nvidia.com/gpu=N``
+    resolves through)."""
+    for folder in dirs:
+        for path in sorted(folder.glob("*.yaml")) + sorted(folder.glob("*.json")):
+            try:
+                if "nvidia.com" in path.read_text(errors="replace"):
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+def check_devices(b: Binding, dirs: tuple[Path, ...] = CDI_DIRS) -> str:
+    """Before the container starts: a node with GPUs on a host that has real ones needs their
+    CDI spec (else podman fails with ``unresolvable CDI devices``): a startup failure naming the
+    fix. Returns a line for the log when the run's GPUs are virtual (a host without any)."""
+    if not b.visible_devices:
+        return ""
+    if not host_gpus():
+        return (
+            f"this host has no NVIDIA GPU: the node's GPUs {b.visible_devices} are the virtual "
+            f"inventory's, none is given to the container, and the job is told so "
+            f"({VIRTUAL_GPUS_ENV}=1)"
+        )
+    if not cdi_names_gpus(dirs):
+        raise RunnerError(
+            "this host has NVIDIA GPUs but no CDI spec names them, so podman cannot give the "
+            f"container its GPUs (looked in {', '.join(str(d) for d in dirs)})",
+            hint="as root, generate the spec with the NVIDIA Container Toolkit: "
+            "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml, then retry the run",
+        )
+    return ""
 
 
 def report_mount() -> Mount:

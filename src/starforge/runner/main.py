@@ -280,6 +280,7 @@ class Runner:
             self._prepare_work_dir(manifest)
             spec = self._fetch_datasets(spec)
             plan = self._compile(spec)
+            self._check_devices(plan)
             self.launcher = plan.launcher
             as_user = self._hand_over(plan)
             self._take_secrets(spec, plan)
@@ -360,6 +361,17 @@ class Runner:
         except subprocess.TimeoutExpired:
             self.reporter.deliver()
         return child.wait()
+
+    def _check_devices(self, plan: LaunchPlan) -> None:
+        """Tell a job whose GPUs are virtual (a host without any) so; refuse a container on a host
+        whose real GPUs podman cannot give it (no CDI spec), naming the fix."""
+        b = self.binding
+        if b.visible_devices and not container.host_gpus():
+            plan.env[container.VIRTUAL_GPUS_ENV] = "1"
+        if b.image and b.containers == "podman":
+            said = container.check_devices(b)
+            if said:
+                self.say(said)
 
     def _launch_command(
         self, plan: LaunchPlan, as_user: dict[str, Any]
