@@ -291,5 +291,15 @@ def _root(
         help="Print the version and exit.",
     ),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors."),
+    ca_file: str | None = typer.Option(
+        None,
+        "--ca-file",
+        metavar="CA.pem",
+        help="Trust the server's certificate by this CA (default $STARFORGE_CA_FILE, else the "
+        "one `sf login` kept).",
+    ),
 ) -> None:
     """StarForge command line."""
+    from starforge.client import config
+
+    config.use_ca_file(ca_file)  # every command: an earlier main() in this process may have set it

@@ -46,6 +46,8 @@ def login(
       sf login --server https://forge.lab.example
 
       sf login --server https://forge.lab.example --token "$STARFORGE_TOKEN" --json
+
+      sf --ca-file lab-ca.pem login --server https://forge.lab.example  (keeps the CA too)
     """
     from starforge.client import config
     from starforge.client.http import Client
@@ -60,9 +62,10 @@ def login(
     secret = (token if token is not None else typer.prompt("token", hide_input=True)).strip()
     if not secret:
         raise UsageError("the token is empty", hint="paste the token an admin gave you")
-    with Client(url, token=secret) as client:
+    ca = config.chosen_ca_file()  # `sf --ca-file CA.pem login ...`: kept with the login
+    with Client(url, token=secret, ca_file=ca) as client:
         me = client.whoami()  # refuses a wrong token before anything is saved
-    path = config.save_credentials(url, secret, me.user)
+    path = config.save_credentials(url, secret, me.user, ca=ca)
     out.data({"server": url, "user": me.user, "role": me.role, "credentials": str(path)})
     out.success(f"logged in to {escape(url)} as [bold]{escape(me.user)}[/bold] ({me.role})")
 

@@ -47,7 +47,7 @@ def _describe(url: str) -> dict[str, object]:
     from starforge.client import config
     from starforge.client.http import Client
 
-    with Client(url) as client:
+    with Client(url, ca_file=config.chosen_ca_file()) as client:
         info = client.info()
     return {
         "running": True,

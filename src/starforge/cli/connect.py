@@ -20,7 +20,7 @@ from typing import BinaryIO, Protocol
 
 from starforge.client import config
 from starforge.client.http import Client
-from starforge.contract.errors import ServerUnreachable, StarForgeError
+from starforge.contract.errors import ServerUnreachable, StarForgeError, UntrustedCertificate
 
 START_TIMEOUT_S = 60.0
 
@@ -57,9 +57,13 @@ def running_embedded() -> tuple[str, int] | None:
 
 
 def answers(url: str) -> bool:
+    """Whether the server at ``url`` answers; a certificate this client does not trust is
+    raised (no wait makes it answer)."""
     try:
-        with Client(url, timeout=3.0) as client:
+        with Client(url, timeout=3.0, ca_file=config.chosen_ca_file()) as client:
             return client.health()
+    except UntrustedCertificate:
+        raise
     except StarForgeError:
         return False
 
@@ -111,10 +115,10 @@ def connect(*, start: bool = True) -> Client:
     """A client for the configured server, starting the embedded one when needed."""
     server = config.find_server()
     if server is not None and (not server.embedded or answers(server.url)):
-        return Client(server.url, token=server.token)
+        return Client(server.url, token=server.token, ca_file=server.ca_file)
     if not start:
         raise ServerUnreachable(
             "no StarForge server is running", hint="start one with `sf server start`"
         )
     url, _ = start_embedded()
-    return Client(url, token=config.read_local_token())
+    return Client(url, token=config.read_local_token(), ca_file=config.chosen_ca_file())

@@ -65,11 +65,12 @@ def job_logs(argv: list[str]) -> str | None:
     if parsed is None or any(k.lower() in _PROXY_ENV for k in os.environ):
         return None
     ref, lines, node = parsed
+    config.use_ca_file(None)  # its grammar has no --ca-file (an earlier main() may have set one)
     server = config.find_server()
     if server is None:  # nothing running: the full command starts the embedded server
         return None
     try:
-        with Wire(server.url, server.token) as wire:
+        with Wire(server.url, server.token, server.ca_file) as wire:
             return tail_text(wire, ref, lines, node)
     except (Fallback, OSError, ValueError, KeyError, TypeError):
         return None
@@ -161,11 +162,12 @@ class Wire:
     or compressed body, a closed connection) is :class:`Fallback`.
     """
 
-    def __init__(self, url: str, token: str | None) -> None:
+    def __init__(self, url: str, token: str | None, ca_file: str | None = None) -> None:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname or parts.username:
             raise Fallback(f"unexpected server URL {url!r}")
         self.tls = parts.scheme == "https"
+        self.ca_file = ca_file
         self.host, self.port = parts.hostname, parts.port or (443 if self.tls else 80)
         self.prefix = parts.path.rstrip("/") + API_PREFIX
         headers = {"Host": parts.netloc, "Accept": "*/*", CLIENT_VERSION_HEADER: __version__}
@@ -198,7 +200,8 @@ class Wire:
         if self.sock is None:
             self.sock = socket.create_connection((self.host, self.port), timeout=TIMEOUT_S)
             if self.tls:
-                self.sock = _tls_context().wrap_socket(self.sock, server_hostname=self.host)
+                context = _tls_context(self.ca_file)
+                self.sock = context.wrap_socket(self.sock, server_hostname=self.host)
             self.reader = self.sock.makefile("rb")
         assert self.reader is not None
         self.sock.sendall(f"GET {target} HTTP/1.1\r\n".encode("ascii") + self.head + b"\r\n")
@@ -252,15 +255,10 @@ def _response(reader: BinaryIO) -> tuple[int, dict[str, str], bytes]:
     return int(rest[:3]), headers, body
 
 
-def _tls_context() -> ssl.SSLContext:
-    """The CAs httpx trusts by default (``create_ssl_context``): ``SSL_CERT_FILE``, else
-    ``SSL_CERT_DIR``, else certifi's bundle (not the system's)."""
-    import ssl
+def _tls_context(ca_file: str | None) -> ssl.SSLContext:
+    """The CAs the full client trusts (:mod:`starforge.client.trust`): the server's CA file when
+    one is chosen, else httpx's defaults (``SSL_CERT_FILE``, ``SSL_CERT_DIR``, certifi's
+    bundle; not the system's)."""
+    from starforge.client import trust
 
-    if os.environ.get("SSL_CERT_FILE"):
-        return ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"])
-    if os.environ.get("SSL_CERT_DIR"):
-        return ssl.create_default_context(capath=os.environ["SSL_CERT_DIR"])
-    import certifi
-
-    return ssl.create_default_context(cafile=certifi.where())
+    return trust.context(ca_file)

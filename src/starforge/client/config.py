@@ -6,6 +6,10 @@ embedded default under ``$STARFORGE_HOME``: ``server/server.json`` written by a 
 server and the local user's token in ``server/local-token`` (mode 0600). ``sf logout`` removes
 the credentials file, which brings the embedded default back.
 
+The CA an https server's certificate is checked against (:mod:`starforge.client.trust`):
+``sf --ca-file`` (:func:`use_ca_file`), else ``STARFORGE_CA_FILE``, else the one ``sf login``
+saved with its server; none: the default bundle.
+
 :func:`find_server` is that order, in one place: ``sf``'s normal path
 (:func:`starforge.cli.connect.connect`) and its stdlib fast path (:mod:`starforge.cli.fastpath`)
 both call it. So this module imports the standard library only (the atomic writer is imported
@@ -19,6 +23,20 @@ import os
 from pathlib import Path
 
 CREDENTIALS = "credentials"
+CA_ENV = "STARFORGE_CA_FILE"  # the same name as trust.CA_ENV (not imported: fast path)
+_ca_option: str | None = None  # ``sf --ca-file``, set for each command by the root callback
+
+
+def use_ca_file(path: str | None) -> None:
+    """The CA file ``sf --ca-file`` gave this command (None: not given)."""
+    global _ca_option
+    _ca_option = path
+
+
+def chosen_ca_file(saved: str | None = None) -> str | None:
+    """The CA file to trust: ``--ca-file``, else ``STARFORGE_CA_FILE``, else ``saved``."""
+    chosen = _ca_option or os.environ.get(CA_ENV) or saved
+    return os.path.abspath(os.path.expanduser(chosen)) if chosen else None
 
 
 def home() -> Path:
@@ -29,15 +47,21 @@ class Server:
     """The server a command talks to, and the token it sends. A plain class, not a dataclass:
     ``dataclasses`` imports ``inspect``, a tenth of the fast path's import time."""
 
-    __slots__ = ("embedded", "token", "url")
+    __slots__ = ("ca_file", "embedded", "token", "url")
 
-    def __init__(self, url: str, token: str | None, *, embedded: bool = False) -> None:
+    def __init__(
+        self, url: str, token: str | None, *, embedded: bool = False, ca_file: str | None = None
+    ) -> None:
         self.url, self.token = url, token
         self.embedded = embedded  # the local embedded server (its process may not answer yet)
+        self.ca_file = ca_file if ca_file is not None else chosen_ca_file()
 
     def __repr__(self) -> str:
         token = "set" if self.token else "none"  # never print a token
-        return f"Server(url={self.url!r}, token={token}, embedded={self.embedded})"
+        return (
+            f"Server(url={self.url!r}, token={token}, embedded={self.embedded}, "
+            f"ca_file={self.ca_file!r})"
+        )
 
 
 def remote_from_env() -> Server | None:
@@ -59,15 +83,26 @@ def read_credentials(base: Path | None = None) -> Server | None:
         return None
     if not isinstance(data, dict) or not data.get("server"):
         return None
-    return Server(url=str(data["server"]), token=str(data.get("token") or "") or None)
+    saved_ca = str(data.get("ca_file") or "") or None
+    return Server(
+        url=str(data["server"]),
+        token=str(data.get("token") or "") or None,
+        ca_file=chosen_ca_file(saved_ca),
+    )
 
 
-def save_credentials(url: str, token: str, user: str, base: Path | None = None) -> Path:
-    """Keep the server and token for later commands; the file is 0600 from its first byte."""
+def save_credentials(
+    url: str, token: str, user: str, base: Path | None = None, ca: str | None = None
+) -> Path:
+    """Keep the server, token (and the CA to trust it by) for later commands; the file is 0600
+    from its first byte."""
     from starforge.contract.atomic import write_json_atomic  # tempfile: only when writing
 
     path = credentials_path(base)
-    write_json_atomic(path, {"server": url, "token": token, "user": user}, mode=0o600)
+    saved: dict[str, str] = {"server": url, "token": token, "user": user}
+    if ca:
+        saved["ca_file"] = ca
+    write_json_atomic(path, saved, mode=0o600)
     return path
 
 

@@ -3,7 +3,8 @@
 Every response is read leniently (``Model.read``): fields a newer server added, at any depth, are
 ignored, so this client keeps working against the next server version. Error bodies come back as
 the same :mod:`starforge.contract.errors` class the server raised; a connection failure is
-:class:`ServerUnreachable` naming the URL.
+:class:`ServerUnreachable` naming the URL, and a certificate no trusted CA signed is
+:class:`UntrustedCertificate` naming the setting that gives the CA (:mod:`starforge.client.trust`).
 """
 
 from __future__ import annotations
@@ -16,10 +17,17 @@ import httpx
 from pydantic import BaseModel
 
 from starforge import __version__
+from starforge.client import trust
 from starforge.client.sse import EventStream
 from starforge.contract import api, blobbatch
 from starforge.contract.base import Contract
-from starforge.contract.errors import ServerError, ServerUnreachable, UsageError, from_wire
+from starforge.contract.errors import (
+    ServerError,
+    ServerUnreachable,
+    UntrustedCertificate,
+    UsageError,
+    from_wire,
+)
 
 # Users, images and sweeps are imported by the methods that need them: `sweeps` alone pulls in
 # params, config and yaml, which `sf job logs` and `sf submit` never use.
@@ -39,13 +47,19 @@ class Client:
         run_token: str | None = None,
         timeout: float = 30.0,
         transport: httpx.BaseTransport | None = None,  # for tests: an in-process server
+        ca_file: str | None = None,
+        ca_pem: str = "",
+        ca_setting: str = trust.CLI_SETTING,
     ) -> None:
+        """``ca_file``/``ca_pem``: the CA to trust instead of the default bundle (for https);
+        ``ca_setting``: where the caller's user sets it, named when a certificate is refused."""
         headers = {api.CLIENT_VERSION_HEADER: __version__}
         if token:
             headers["Authorization"] = f"Bearer {token}"
         if run_token:
             headers[api.RUN_TOKEN_HEADER] = run_token
         self.base_url = base_url.rstrip("/")
+        self.ca_setting = ca_setting
         self._http = httpx.Client(
             base_url=self.base_url + api.API_PREFIX,
             headers=headers,
@@ -53,8 +67,22 @@ class Client:
             transport=transport,
             # Loading the CA bundle costs ~50 ms per client; a plain-http server (the embedded
             # one on 127.0.0.1) never uses it, and redirects are not followed to anywhere else.
-            verify=not self.base_url.startswith("http://"),
+            verify=self._trust(ca_file, ca_pem),
         )
+
+    def _trust(self, ca_file: str | None, ca_pem: str) -> Any:
+        if self.base_url.startswith("http://"):
+            return False
+        if not (ca_file or ca_pem):
+            return True  # httpx's defaults, loaded by httpx
+        try:
+            return trust.context(ca_file, ca_pem)
+        except OSError as exc:  # ssl.SSLError too: a file with no certificate in it
+            what = f"the CA file {ca_file}" if ca_file else "the CA the server handed down"
+            raise UsageError(
+                f"cannot use {what} ({self.ca_setting}): {exc}",
+                hint="give the PEM file of the CA that signed the server's certificate",
+            ) from None
 
     def close(self) -> None:
         self._http.close()
@@ -71,6 +99,13 @@ class Client:
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.TransportError as exc:
+            refused = trust.verify_failure(exc)
+            if refused is not None:
+                raise UntrustedCertificate(
+                    f"the server at {self.base_url} has a certificate this client does not "
+                    f"trust ({refused}): give the CA that signed it with {self.ca_setting}",
+                    hint=trust.HINTS.get(self.ca_setting, ""),
+                ) from exc
             raise ServerUnreachable(
                 f"cannot reach the StarForge server at {self.base_url}: {exc}",
                 hint="check that it runs (`sf server status`) or set STARFORGE_SERVER",

@@ -54,6 +54,9 @@ class Binding(Contract):
     endpoint: str = ""
     run_token: str = ""  # the runner's: lifecycle only; never given to the job
     job_token: str = ""  # the job's: ingest into this run only (STARFORGE_TOKEN)
+    # The PEM of the CA the server's certificate is checked by (its ``tls_ca_file``; "": the
+    # default bundle): the runner trusts it, and writes it for the job (STARFORGE_CA_FILE).
+    tls_ca: str = ""
     job_user: str = ""  # run the job as this user (the runner must be root); "" = the runner's
     # A root server's per-run identities: the runner takes a uid of this [first, last] range that
     # no live run holds, for every node of the attempt, with ``job_gid`` (its member's group).
@@ -132,6 +135,7 @@ def make_binding(
     resume_from: str = "",
     master_addr: str = "127.0.0.1",
     job_token: str = "",
+    tls_ca: str = "",
     job_user: str = "",
     job_uids: list[int] | None = None,
     job_gid: int = 0,
@@ -169,6 +173,7 @@ def make_binding(
         endpoint=endpoint,
         run_token=run_token,
         job_token=job_token,
+        tls_ca=tls_ca,
         job_user=job_user,
         job_uids=list(job_uids or []),
         job_gid=job_gid,
@@ -246,6 +251,7 @@ def job_env(spec: JobSpec, b: Binding) -> dict[str, str]:
         "STARFORGE_ENDPOINT": b.endpoint,
         "STARFORGE_RUN_ID": b.run_id,
         "STARFORGE_TOKEN": b.job_token,  # never b.run_token: the job may not post lifecycle
+        "STARFORGE_CA_FILE": str(RunLayout(Path(b.run_dir)).ca_file) if b.tls_ca else "",
         **_server_fixed(b),
     }
     # Profile env may add keys but never override what the platform decided.

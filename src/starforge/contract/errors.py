@@ -295,6 +295,13 @@ def from_wire(payload: dict[str, Any], *, status: int = 500) -> StarForgeError:
 
 
 # ---- platform datasets -------------------------------------------------------------------------
+class UntrustedCertificate(ServerUnreachable):
+    """The server answered TLS with a certificate no CA this side trusts signed (a lab's own CA
+    not given): waiting does not help, so callers that retry an unreachable server stop here."""
+
+    code = "server.untrusted_certificate"
+
+
 
 
 class DatasetNotFound(NotFound):

@@ -15,6 +15,7 @@ the paths of a run on a root it has never seen (``<storage>``)::
         work/.starforge-unpacked.json                  which manifest the work dir holds
         out/                                           checkpoints, exports, eval reports
         out/.starforge/report-spool/                   the report SDK's unsent points
+        out/.starforge/ca.pem                          the CA the job trusts the server by
         logs/attempt-<n>.log                           node 0's log
         logs/attempt-<n>.node-<r>.log                  node r's log (r > 0)
         state/run.json                                 the run's spec and manifest
@@ -34,6 +35,7 @@ from starforge.contract.names import check_name
 CONTROL_PLANE_FILE = "control-plane.json"
 UNPACKED_MARKER = ".starforge-unpacked.json"
 REPORT_SPOOL = ".starforge/report-spool"  # under a run's out dir (the job writes only there)
+CA_FILE = ".starforge/ca.pem"  # under a run's out dir: where its container and its uid read it
 RUN_SUBDIRS = ("work", "out", "logs", "state")
 
 
@@ -96,6 +98,11 @@ class RunLayout:
     @property
     def report_spool(self) -> Path:
         return self.out / REPORT_SPOOL
+
+    @property
+    def ca_file(self) -> Path:
+        """The server's ``tls_ca_file``, written by the runner for the job (STARFORGE_CA_FILE)."""
+        return self.out / CA_FILE
 
     @property
     def logs(self) -> Path:

@@ -2,7 +2,8 @@
 
 A :class:`Run` reads the job environment the platform sets (``STARFORGE_ENABLED``,
 ``STARFORGE_ENDPOINT``, ``STARFORGE_RUN_ID``, ``STARFORGE_TOKEN``, ``FORGE_ATTEMPT``,
-``FORGE_OUT_DIR``). Without a token (a script run by hand, a test) it is inactive and every call
+``FORGE_OUT_DIR``, and ``STARFORGE_CA_FILE`` when the server's certificate is signed by a CA of
+its own). Without a token (a script run by hand, a test) it is inactive and every call
 returns at once: no thread, no file, no message. Active, it starts the platform's one background
 sender (:class:`starforge.client.sender.Sender`) with a :class:`MetricPacker`, spooling under
 the run's ``out`` dir (``RunLayout.report_spool``).
@@ -63,6 +64,7 @@ class Settings:
     attempt: int
     spool_dir: Path | None
     storage_root: str = ""  # where a restarted control plane publishes its new address
+    ca_file: str = ""  # the CA the server's certificate is checked by ("": the default bundle)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -90,6 +92,7 @@ class Settings:
             attempt=attempt,
             spool_dir=Path(spool) if spool else None,
             storage_root=env.get("FORGE_STORAGE_ROOT", ""),
+            ca_file=env.get("STARFORGE_CA_FILE", ""),
         )
 
 
@@ -129,9 +132,16 @@ class Run:
             _runs.add(self)
 
     def _client(self) -> Any:
-        from starforge.client.http import Client  # imported by the sender thread, not at import
+        from starforge.client import trust  # imported by the sender thread, not at import
+        from starforge.client.http import Client
 
-        return Client(self.endpoint, run_token=self.settings.token, timeout=10.0)
+        return Client(
+            self.endpoint,
+            run_token=self.settings.token,
+            timeout=10.0,
+            ca_file=self.settings.ca_file or None,
+            ca_setting=trust.JOB_SETTING,
+        )
 
     def _post(self, client: Any, body: dict[str, Any]) -> None:
         # Serialised by pydantic-core from plain data (the server validates it): the GIL the
@@ -239,7 +249,8 @@ class Run:
             where = self.settings.spool_dir
             self._note(
                 f"{stats.points_spooled} point(s) could not be sent ({stats.last_error}); they "
-                f"wait in {where} and are sent by the run's next attempt"
+                f"wait in {where}: the runner sends them after this job, and the server takes "
+                "what is left when the run ends"
             )
 
     def _warn_dropped(self, step: int) -> None:

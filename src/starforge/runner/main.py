@@ -10,7 +10,11 @@ runner's process group, so the executor's SIGTERM to the group reaches the train
 checkpoints and exits; the runner outlives it to report the exit code.
 
 Reports and heartbeats go through :class:`~starforge.runner.report.Reporter` in the background:
-the training starts and ends whether or not the server answers. When the server says the
+once started, the training goes on and ends whether or not the server answers. Before it starts,
+the runner checks once that the server answers (:meth:`Runner._reach_server`): a training that
+could never report would end unseen (no ``running``, no metrics), so an attempt whose runner
+cannot reach its server fails at its start, naming the URL and the error (a certificate refused:
+the server's ``tls_ca_file``), in its exit record. When the server says the
 attempt is over (it was finalised without this runner, or a newer attempt took over), the runner
 terminates its training (SIGTERM, SIGKILL after ``FENCE_GRACE_S``) so no attempt runs twice.
 """
@@ -32,7 +36,12 @@ from starforge.catalog.adapters.base import run_config
 from starforge.catalog.loader import get_method
 from starforge.contract.datasets import OUTPUT_SUBDIR, RESOLVED_KEY, resolved_of
 from starforge.contract.env import Binding, job_env
-from starforge.contract.errors import RunnerError, StarForgeError
+from starforge.contract.errors import (
+    RunnerError,
+    ServerUnreachable,
+    StarForgeError,
+    UntrustedCertificate,
+)
 from starforge.contract.jobspec import InputRef, JobSpec, Manifest
 from starforge.contract.layout import UNPACKED_MARKER, RunLayout
 from starforge.contract.packs import read_extents
@@ -40,12 +49,16 @@ from starforge.contract.states import EndReason
 from starforge.runner import container, datasets, jobfork, jobuser, ranks, slurm, stage, uids
 from starforge.runner import secrets as job_secrets
 from starforge.runner.preflight import check_packages
-from starforge.runner.report import Reporter, write_exit_record, write_runner_record
+from starforge.runner.report import Reporter, client_for, write_exit_record, write_runner_record
+from starforge.runner.spooldrain import drain as drain_spool
 from starforge.runner.unpack import manifest_digest, unpack
 
 SIGTERM_EXIT = 128 + signal.SIGTERM
 FENCE_GRACE_S = 30.0
 QUICK_EXIT_S = 0.02  # what a job's `running` report waits for, in case its exit comes with it
+# How many heartbeat intervals a starting runner waits for a server that does not answer (one
+# restarting moves to another port: the reporter follows its beacon meanwhile).
+REACH_BEATS = 3
 _PEER_UNPACK_WAIT_S = 600.0
 
 
@@ -68,6 +81,7 @@ class Runner:
         self.own_uid = False  # the job runs under a uid of its own (the binding's job_uids)
         self._ranks: ranks.TermForwarder | None = None
 
+        self.unreachable = False  # the server did not answer at the start (see _reach_server)
     def say(self, message: str) -> None:
         stamp = time.strftime("%H:%M:%S")
         with self._say_lock:  # the reporter thread speaks too
@@ -182,6 +196,11 @@ class Runner:
 
         Path(b.out_dir).mkdir(parents=True, exist_ok=True)
         env = {**self._base_env(), **job_env(spec, b), **self.dataset_env}
+        if b.tls_ca:  # the job's SDK trusts the server by it (STARFORGE_CA_FILE, job_env)
+            ca = RunLayout(Path(b.run_dir)).ca_file
+            ca.parent.mkdir(parents=True, exist_ok=True)
+            ca.write_text(b.tls_ca, encoding="ascii")
+            ca.chmod(0o644)
         plan = compile_plan(
             CompileContext(
                 spec=spec,
@@ -263,6 +282,33 @@ class Runner:
             self.say(f"could not take the run's folders back from the job's user: {exc}")
 
     def _base_env(self) -> dict[str, str]:
+    def _reach_server(self) -> None:
+        """Raise RunnerError unless the control plane answers: at once for a certificate this
+        runner does not trust (no wait changes that), else after ``REACH_BEATS`` heartbeats."""
+        if not self.reporter.enabled:
+            return
+        deadline = time.monotonic() + REACH_BEATS * self.reporter.heartbeat_s
+        while True:
+            url = self.reporter.url  # the reporter's thread follows the beacon
+            try:
+                with client_for(self.binding, url, timeout=5.0) as client:
+                    client.health()
+                return
+            except UntrustedCertificate as exc:  # before ServerUnreachable: its subclass
+                self.unreachable = True
+                raise RunnerError(f"the control plane cannot be reached: {exc.message}") from None
+            except ServerUnreachable as exc:
+                if time.monotonic() >= deadline:
+                    self.unreachable = True
+                    raise RunnerError(
+                        f"the control plane cannot be reached: {exc.message} (for "
+                        f"{REACH_BEATS * self.reporter.heartbeat_s:.0f} s; check the server's "
+                        "url setting: runners must reach it)"
+                    ) from None
+            except StarForgeError:
+                return  # it answered, if with an error: the reports will say more
+            time.sleep(0.5)
+
         # The runner inherits the control plane's environment; its settings are not the job's.
         return {k: v for k, v in os.environ.items() if not k.startswith(("STARFORGE_", "FORGE_"))}
 
@@ -277,6 +323,7 @@ class Runner:
         self.reporter.send("starting", at_once=False)  # a quick start sends it with "running"
         try:
             spec, manifest = self._load()
+            self._reach_server()
             self._prepare_work_dir(manifest)
             spec = self._fetch_datasets(spec)
             plan = self._compile(spec)
@@ -287,7 +334,7 @@ class Runner:
         except (StarForgeError, OSError, ValueError) as exc:
             message = exc.message if isinstance(exc, StarForgeError) else str(exc)
             self.say(f"startup failed: {message}")
-            return self._finish(2, EndReason.STARTUP_FAILED)
+            return self._finish(2, EndReason.STARTUP_FAILED, message)
         if self.terminating:
             self.say("terminated before the entrypoint started")
             return self._finish(SIGTERM_EXIT, None)
@@ -435,7 +482,7 @@ class Runner:
         if gone:
             self.say(f"secrets removed since admission, not given: {', '.join(gone)}")
 
-    def _finish(self, code: int, reason: EndReason | None) -> int:
+    def _finish(self, code: int, reason: EndReason | None, why: str = "") -> int:
         if self.own_uid and self.job_user is not None and self.child is None:
             b = self.binding  # the job never started: its uid goes back at once
             uids.give_back(Path(b.storage_root), self.job_user.uid, b.run_id, b.attempt)
@@ -449,9 +496,10 @@ class Runner:
         self.say(
             f"attempt {self.binding.attempt} node {self.binding.node_rank} exited with code {code}"
         )
-        write_exit_record(self.binding, code, reason)
-        self.reporter.send("exited", exit_code=code, end_reason=reason)
-        self.reporter.close(patience_s=60.0)
+        write_exit_record(self.binding, code, reason, why)
+        self.reporter.send("exited", exit_code=code, end_reason=reason, message=why)
+        # A server that never answered is not waited for: the exit record tells it.
+        self.reporter.close(patience_s=1.0 if self.unreachable else 60.0)
         return code
 
 

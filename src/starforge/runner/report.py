@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from starforge.client import trust
 from starforge.client.http import Client
 from starforge.client.sender import Body, Sender, Single, Spool, read_beacon
 from starforge.contract.api import MAX_LIFECYCLE_BATCH, LifecycleBatch, LifecycleEvent
@@ -63,14 +64,29 @@ def write_runner_record(binding: Binding) -> None:
     write_json_atomic(runner_record_path(binding), {**record, "at": time.time()})
 
 
-def write_exit_record(binding: Binding, exit_code: int, end_reason: EndReason | None) -> None:
-    write_json_atomic(
-        exit_record_path(binding),
-        {
-            "exit_code": exit_code,
-            "end_reason": end_reason.value if end_reason else None,
-            "at": time.time(),
-        },
+def write_exit_record(
+    binding: Binding, exit_code: int, end_reason: EndReason | None, message: str = ""
+) -> None:
+    """How the node ended; ``message`` says why it failed (a startup failure's cause), for the
+    server to show when it learns the exit from this record (it could not be told)."""
+    record: dict[str, object] = {
+        "exit_code": exit_code,
+        "end_reason": end_reason.value if end_reason else None,
+        "at": time.time(),
+    }
+    if message:
+        record["message"] = message
+    write_json_atomic(exit_record_path(binding), record)
+
+
+def client_for(binding: Binding, url: str, timeout: float = 10.0) -> Client:
+    """A client of the control plane with the runner's token, trusting the server's CA."""
+    return Client(
+        url,
+        run_token=binding.run_token,
+        timeout=timeout,
+        ca_pem=binding.tls_ca,
+        ca_setting=trust.SERVER_SETTING,
     )
 
 
@@ -179,7 +195,7 @@ class Reporter:
     # ---- called from the sender's thread ----------------------------------------------------
 
     def _client(self) -> Client:
-        return Client(self.url, run_token=self.binding.run_token, timeout=10.0)
+        return client_for(self.binding, self.url)
 
     def _post(self, client: Client, body: dict[str, Any]) -> None:
         events = [LifecycleEvent.model_validate(e) for e in body.get("events", [body])]

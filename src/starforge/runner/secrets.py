@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from starforge.client.http import Client
 from starforge.client.secrets import for_run
 from starforge.contract.env import Binding
 from starforge.contract.errors import RunnerError, ServerUnreachable, StarForgeError
@@ -33,6 +32,7 @@ from starforge.contract.secrets import (
     merge_requests,
     parse_config_secrets,
 )
+from starforge.runner.report import client_for
 
 MASK = b"***"
 MIN_MASKED_BYTES = 4  # shorter values would mask ordinary text; they are still delivered
@@ -52,7 +52,7 @@ def fetch(binding: Binding, url: str) -> list[SecretValue]:
     """The values for this attempt, with a few retries while the server is away."""
     for attempt in range(FETCH_TRIES):
         try:
-            with Client(url, run_token=binding.run_token, timeout=10.0) as client:
+            with client_for(binding, url) as client:
                 return for_run(client, binding.run_id, binding.attempt, binding.node_rank).secrets
         except ServerUnreachable:
             if attempt == FETCH_TRIES - 1:

@@ -209,8 +209,9 @@ def node_event(
     """Apply ``event`` to node ``rank`` of ``attempt``; its new record, or None when the table
     rejects the event (or the node does not exist), leaving the record untouched.
 
-    ``started``/``adopted`` record ``ref``; ``exited`` records ``exit_code`` and ``end_reason``;
-    ``lost`` and ``startup_failed`` mark the node lost with ``end_reason`` and ``why``; ``beat``
+    ``started``/``adopted`` record ``ref``; ``exited`` records ``exit_code``, ``end_reason`` and
+    the runner's ``why`` (a startup failure's cause); ``lost`` and ``startup_failed`` mark the
+    node lost with ``end_reason`` and ``why``; ``beat``
     (any runner report proves the runner alive) is stamped on any accepted event."""
     raw = (attempt.nodes or {}).get(str(rank))
     if raw is None:
@@ -223,7 +224,7 @@ def node_event(
     if event in (NodeEvent.STARTED, NodeEvent.ADOPTED):
         update["ref"] = ref
     elif event is NodeEvent.EXITED:
-        update.update(exit_code=exit_code, end_reason=end_reason, lost=False)
+        update.update(exit_code=exit_code, end_reason=end_reason, lost=False, why=why)
     elif event in (NodeEvent.LOST, NodeEvent.STARTUP_FAILED):
         if event is NodeEvent.STARTUP_FAILED:
             end_reason = EndReason.STARTUP_FAILED

@@ -270,6 +270,7 @@ def write_bindings(
             resume_from=resume_from,
             hf_offline=rt.settings.hf_offline,
             job_token=job_token,
+            tls_ca=rt.settings.tls_ca_pem(),
             job_user=rt.settings.job_user_name if job_user is None else job_user,
             # A member's own account reads no store: the Slurm executor stages the run first.
             staged=job_user is not None,

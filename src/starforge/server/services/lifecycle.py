@@ -73,9 +73,10 @@ def _failure(rank: int, node: NodeRecord) -> Decision:
         end_reason = EndReason.EXIT_NONZERO
     return Decision(
         JobStatus.FAILED,
+    why = f": {node.why}" if node.why else ""  # what its runner said (a startup failure's cause)
         end_reason,
         node.exit_code,
-        f"node {rank} exited with code {node.exit_code}",
+        f"node {rank} exited with code {node.exit_code}{why}",
     )
 
 
@@ -262,7 +263,13 @@ def apply_event(
     exit_code = (ev.exit_code if ev.exit_code is not None else -1) if ev.event == "exited" else None
     # Any event proves the runner is alive: its beat is stamped with the event.
     recorded = statemachine.node_event(
-        attempt, rank, event, exit_code=exit_code, end_reason=ev.end_reason, beat=now.timestamp()
+        attempt,
+        rank,
+        event,
+        exit_code=exit_code,
+        end_reason=ev.end_reason,
+        why=ev.message if event is NodeEvent.EXITED else "",
+        beat=now.timestamp(),
     )
     if recorded is None:
         if node.exited:

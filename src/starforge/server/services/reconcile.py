@@ -95,7 +95,8 @@ def judge_node(f: NodeFacts, clock: Clock) -> Verdict:
         if f.alive is True and fresh:
             # A live runner is delivering its own reports (in order: `running`, then `exited`).
             return Verdict(Act.LEAVE)
-        return Verdict(Act.EXIT, int(f.exit_record["exit_code"]), _end_reason(f.exit_record))
+        why = str(f.exit_record.get("message") or "")  # a startup failure's cause
+        return Verdict(Act.EXIT, int(f.exit_record["exit_code"]), _end_reason(f.exit_record), why)
     if f.ref is None:
         if f.adoptable is not None:
             return Verdict(Act.ADOPT, ref=f.adoptable)
