@@ -12,7 +12,7 @@ from starforge.cli.submit_flow import SubmitOptions, prepare
 from starforge.contract.errors import ParamError, UsageError
 from starforge.contract.sweeps import MAX_VARIANTS, expand, parse_grid, split_axis
 from starforge.project.lab import Lab
-from tests.conftest import commit_all
+from tests.conftest import Result, commit_all
 
 SFT = get_method("trl/sft").params
 
@@ -94,3 +94,24 @@ def test_variants_are_planned_against_the_prepared_experiment(
     with pytest.raises(ParamError) as err:
         plan_variants(prepared, ["weight_decay=0,0.2"], ["weight_decay=0.1"])
     assert "both swept (-g) and fixed (-s)" in err.value.message
+
+
+@pytest.mark.parametrize(
+    ("axis", "says"),
+    [
+        ("learning_rate=1e-5,abc", "-g learning_rate=abc: 'abc' is not a number"),
+        ("learning_rat=1e-5", "-g learning_rat: the method has no parameter"),
+        ("learning_rate", "-g 'learning_rate': expected KEY=VALUE"),
+    ],
+)
+def test_a_bad_grid_value_is_reported_under_the_flag_the_user_wrote(
+    sf: Callable[..., Result], new_lab: Callable[..., Lab], axis: str, says: str
+) -> None:
+    lab = sft_lab(new_lab)
+    got = sf(
+        "sweep", "s1", "-g", axis, "--profile", "h200:1", "--model", "org/model",
+        "--train-data", "data/train.jsonl", "--validation-data", "data/val.jsonl", "--dry-run",
+        cwd=lab.root,
+    )  # fmt: skip
+    assert got.code == 2
+    assert says in got.err and "-s " not in got.err, got.err

@@ -80,14 +80,19 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(x)
 
 
-def split_set(raw: str) -> tuple[str, str]:
-    """``KEY=VALUE`` -> (key, value text); the value may contain ``=`` and may be empty."""
+def split_set(raw: str, flag: str = "-s") -> tuple[str, str]:
+    """``KEY=VALUE`` -> (key, value text); the value may contain ``=`` and may be empty.
+    ``flag`` is the option the user wrote it with, which errors name."""
     key, sep, value = raw.partition("=")
     key = key.strip()
     if not sep:
-        raise UsageError(f"-s {raw!r}: expected KEY=VALUE", hint="e.g. -s learning_rate=1e-5")
+        raise UsageError(
+            f"{flag} {raw!r}: expected KEY=VALUE", hint=f"e.g. {flag} learning_rate=1e-5"
+        )
     if not key:
-        raise UsageError(f"-s {raw!r}: the key is empty", hint="e.g. -s learning_rate=1e-5")
+        raise UsageError(
+            f"{flag} {raw!r}: the key is empty", hint=f"e.g. {flag} learning_rate=1e-5"
+        )
     return key, value
 
 
@@ -175,26 +180,27 @@ def meant(key: str, params: dict[str, Param]) -> str | None:
     return next((name for name, p in params.items() if key in p.aliases), None)
 
 
-def parse_sets(params: dict[str, Param], sets: list[str]) -> dict[str, Any]:
-    """Every ``-s`` of a submission, parsed and checked; later ones win."""
+def parse_sets(params: dict[str, Param], sets: list[str], flag: str = "-s") -> dict[str, Any]:
+    """Every ``-s`` of a submission (or the values of ``-g``: ``flag``, which errors name),
+    parsed and checked; later ones win."""
     values: dict[str, Any] = {}
     for raw in sets:
-        key, text = split_set(raw)
+        key, text = split_set(raw, flag)
         param = params.get(key)
         if param is None:
             name = meant(key, params)
             if name is not None:
                 raise ParamError(
-                    f"-s {key}: the method has no parameter {key!r}; the key meant is {name!r}",
-                    hint=f"use -s {name}={text}",
+                    f"{flag} {key}: the method has no parameter {key!r}; the key meant is {name!r}",
+                    hint=f"use {flag} {name}={text}",
                     details={"param": key, "meant": name},
                 )
             raise ParamError(
-                f"-s {key}: the method has no parameter {key!r}",
+                f"{flag} {key}: the method has no parameter {key!r}",
                 hint=suggest(key, sorted(params)),
                 details={"param": key},
             )
-        where = f"-s {key}={text}"
+        where = f"{flag} {key}={text}"
         values[key] = check_value(key, param, coerce(key, param, text, where), where)
     return values
 

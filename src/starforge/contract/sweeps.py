@@ -30,7 +30,7 @@ MAX_RUNGS = 16
 
 def split_axis(raw: str) -> tuple[str, list[str]]:
     """``KEY=V1,V2,...`` as the key and its value texts (each non-empty, none twice)."""
-    key, text = params.split_set(raw)
+    key, text = params.split_set(raw, "-g")
     values = [v.strip() for v in text.split(",")]
     if any(not v for v in values):
         raise UsageError(
@@ -49,7 +49,7 @@ def parse_grid(declared: dict[str, Param], axes: list[str]) -> dict[str, list[An
         key, values = split_axis(raw)
         if key in grid:
             raise UsageError(f"-g {key}: the parameter has two axes", hint="give it one -g")
-        grid[key] = [params.parse_sets(declared, [f"{key}={v}"])[key] for v in values]
+        grid[key] = [params.parse_sets(declared, [f"{key}={v}"], "-g")[key] for v in values]
     if not grid:
         raise UsageError("a sweep needs at least one -g KEY=V1,V2,...", hint="sf sweep --help")
     return grid
