@@ -269,6 +269,13 @@ class ServerUnreachable(StarForgeError):
     http_status = 503
 
 
+class UntrustedCertificate(ServerUnreachable):
+    """The server answered TLS with a certificate no CA this side trusts signed (a lab's own CA
+    not given): waiting does not help, so callers that retry an unreachable server stop here."""
+
+    code = "server.untrusted_certificate"
+
+
 class ServerError(StarForgeError):
     code = "server.internal"
     http_status = 500
@@ -295,13 +302,6 @@ def from_wire(payload: dict[str, Any], *, status: int = 500) -> StarForgeError:
 
 
 # ---- platform datasets -------------------------------------------------------------------------
-class UntrustedCertificate(ServerUnreachable):
-    """The server answered TLS with a certificate no CA this side trusts signed (a lab's own CA
-    not given): waiting does not help, so callers that retry an unreachable server stop here."""
-
-    code = "server.untrusted_certificate"
-
-
 
 
 class DatasetNotFound(NotFound):

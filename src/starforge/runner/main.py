@@ -50,15 +50,14 @@ from starforge.runner import container, datasets, jobfork, jobuser, ranks, slurm
 from starforge.runner import secrets as job_secrets
 from starforge.runner.preflight import check_packages
 from starforge.runner.report import Reporter, client_for, write_exit_record, write_runner_record
-from starforge.runner.spooldrain import drain as drain_spool
 from starforge.runner.unpack import manifest_digest, unpack
 
 SIGTERM_EXIT = 128 + signal.SIGTERM
 FENCE_GRACE_S = 30.0
-QUICK_EXIT_S = 0.02  # what a job's `running` report waits for, in case its exit comes with it
 # How many heartbeat intervals a starting runner waits for a server that does not answer (one
 # restarting moves to another port: the reporter follows its beacon meanwhile).
 REACH_BEATS = 3
+QUICK_EXIT_S = 0.02  # what a job's `running` report waits for, in case its exit comes with it
 _PEER_UNPACK_WAIT_S = 600.0
 
 
@@ -80,8 +79,8 @@ class Runner:
         self.job_user: jobuser.JobUser | None = None  # who the job runs as, when not the runner
         self.own_uid = False  # the job runs under a uid of its own (the binding's job_uids)
         self._ranks: ranks.TermForwarder | None = None
-
         self.unreachable = False  # the server did not answer at the start (see _reach_server)
+
     def say(self, message: str) -> None:
         stamp = time.strftime("%H:%M:%S")
         with self._say_lock:  # the reporter thread speaks too
@@ -195,12 +194,12 @@ class Runner:
             return path.read_text() if path.is_file() else None
 
         Path(b.out_dir).mkdir(parents=True, exist_ok=True)
-        env = {**self._base_env(), **job_env(spec, b), **self.dataset_env}
         if b.tls_ca:  # the job's SDK trusts the server by it (STARFORGE_CA_FILE, job_env)
             ca = RunLayout(Path(b.run_dir)).ca_file
             ca.parent.mkdir(parents=True, exist_ok=True)
             ca.write_text(b.tls_ca, encoding="ascii")
             ca.chmod(0o644)
+        env = {**self._base_env(), **job_env(spec, b), **self.dataset_env}
         plan = compile_plan(
             CompileContext(
                 spec=spec,
@@ -281,7 +280,6 @@ class Runner:
         except OSError as exc:  # the run's result stands; only the ownership stays the job's
             self.say(f"could not take the run's folders back from the job's user: {exc}")
 
-    def _base_env(self) -> dict[str, str]:
     def _reach_server(self) -> None:
         """Raise RunnerError unless the control plane answers: at once for a certificate this
         runner does not trust (no wait changes that), else after ``REACH_BEATS`` heartbeats."""
@@ -309,6 +307,7 @@ class Runner:
                 return  # it answered, if with an error: the reports will say more
             time.sleep(0.5)
 
+    def _base_env(self) -> dict[str, str]:
         # The runner inherits the control plane's environment; its settings are not the job's.
         return {k: v for k, v in os.environ.items() if not k.startswith(("STARFORGE_", "FORGE_"))}
 
@@ -322,8 +321,8 @@ class Runner:
         self.reporter.start()
         self.reporter.send("starting", at_once=False)  # a quick start sends it with "running"
         try:
-            spec, manifest = self._load()
             self._reach_server()
+            spec, manifest = self._load()
             self._prepare_work_dir(manifest)
             spec = self._fetch_datasets(spec)
             plan = self._compile(spec)

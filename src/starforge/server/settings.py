@@ -150,6 +150,10 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=0, ge=0, le=65535, description="0 picks a free port")
     url: str = Field(default="", description="the URL runners call back; derived when empty")
+    # The CA that signed this server's certificate (PEM), when no default bundle holds it (a
+    # lab's own CA): handed to every runner in its binding and to every job as
+    # STARFORGE_CA_FILE, so their reports are sent over verified TLS (client/trust.py).
+    tls_ca_file: Path | None = None
     storage_root: Path | None = None
     database_url: str | None = None
     executor: Literal["local", "slurm"] = "local"
@@ -168,10 +172,6 @@ class Settings(BaseSettings):
     # Lifecycle: a pause waits this long for the checkpoint before SIGKILL; runners beat every
     # heartbeat_s and one silent for lost_after_s (counted from this server's start at the
     # earliest, so a restart never condemns runners that could not reach it) is node_lost.
-    # The CA that signed this server's certificate (PEM), when no default bundle holds it (a
-    # lab's own CA): handed to every runner in its binding and to every job as
-    # STARFORGE_CA_FILE, so their reports are sent over verified TLS (client/trust.py).
-    tls_ca_file: Path | None = None
     pause_grace_s: float = Field(default=120.0, ge=0)
     heartbeat_s: float = Field(default=5.0, gt=0)
     lost_after_s: float = Field(default=30.0, gt=0)
@@ -260,6 +260,9 @@ class Settings(BaseSettings):
             ]
         # Resolved once, so a root given through a symlink still contains the inputs under it.
         self.shared_roots = [Path(os.path.abspath(p.expanduser())) for p in self.shared_roots]
+        if self.tls_ca_file is not None:
+            self.tls_ca_file = self.tls_ca_file.expanduser().resolve()
+            _check_ca(self.tls_ca_file)
         return self
 
     @classmethod
@@ -286,9 +289,6 @@ class Settings(BaseSettings):
 
     # Typed views of the derived fields (never None after validation).
     @property
-        if self.tls_ca_file is not None:
-            self.tls_ca_file = self.tls_ca_file.expanduser().resolve()
-            _check_ca(self.tls_ca_file)
     def storage(self) -> Path:
         assert self.storage_root is not None
         return self.storage_root
@@ -306,6 +306,17 @@ class Settings(BaseSettings):
     @property
     def server_dir(self) -> Path:
         return self.home / "server"
+
+    def tls_ca_pem(self) -> str:
+        """The PEM text of ``tls_ca_file`` ("" when unset), read when a binding is written: a
+        CA renewed in place reaches the next runs without a restart. A file gone since the
+        start gives "": the runner then fails the attempt naming this setting."""
+        if self.tls_ca_file is None:
+            return ""
+        try:
+            return self.tls_ca_file.read_text(encoding="ascii")
+        except (OSError, ValueError):
+            return ""
 
     @property
     def job_user_name(self) -> str:
@@ -332,17 +343,6 @@ class Settings(BaseSettings):
 
     def member_gid(self, user_id: int) -> int:
         return self.member_gid_base + user_id
-
-    def tls_ca_pem(self) -> str:
-        """The PEM text of ``tls_ca_file`` ("" when unset), read when a binding is written: a
-        CA renewed in place reaches the next runs without a restart. A file gone since the
-        start gives "": the runner then fails the attempt naming this setting."""
-        if self.tls_ca_file is None:
-            return ""
-        try:
-            return self.tls_ca_file.read_text(encoding="ascii")
-        except (OSError, ValueError):
-            return ""
 
     def containers_mode(self) -> Literal["podman", "none", "required"]:
         """The container runtime in force: the setting, else podman where ``podman info`` works."""
@@ -387,6 +387,16 @@ class Settings(BaseSettings):
         return bool(self.job_uids) or self.slurm_accounts or self.isolation == "none"
 
 
+def _check_ca(path: Path) -> None:
+    """Refuse a ``tls_ca_file`` that runners could not use, when the server starts."""
+    import ssl
+
+    try:
+        ssl.create_default_context(cadata=path.read_text(encoding="ascii"))
+    except (OSError, ValueError, ssl.SSLError) as exc:
+        raise ValueError(f"tls_ca_file {path}: not a readable PEM certificate ({exc})") from None
+
+
 def _closed_folder(path: Path) -> Path | None:
     """The first folder on the way to ``path`` that other users may not enter, if any."""
     for folder in [*reversed(path.parents), path]:
@@ -413,16 +423,6 @@ def secure_home(settings: Settings) -> None:
         except FileNotFoundError:
             continue  # no server.yaml: nothing to protect
         except PermissionError:
-def _check_ca(path: Path) -> None:
-    """Refuse a ``tls_ca_file`` that runners could not use, when the server starts."""
-    import ssl
-
-    try:
-        ssl.create_default_context(cadata=path.read_text(encoding="ascii"))
-    except (OSError, ValueError, ssl.SSLError) as exc:
-        raise ValueError(f"tls_ca_file {path}: not a readable PEM certificate ({exc})") from None
-
-
             continue  # a home this user does not own (a shared config folder): left as it is
 
 

@@ -71,9 +71,9 @@ def _failure(rank: int, node: NodeRecord) -> Decision:
     end_reason = node.end_reason or EndReason.EXIT_NONZERO
     if end_reason in NOT_FAILURES:
         end_reason = EndReason.EXIT_NONZERO
+    why = f": {node.why}" if node.why else ""  # what its runner said (a startup failure's cause)
     return Decision(
         JobStatus.FAILED,
-    why = f": {node.why}" if node.why else ""  # what its runner said (a startup failure's cause)
         end_reason,
         node.exit_code,
         f"node {rank} exited with code {node.exit_code}{why}",
