@@ -67,6 +67,8 @@ def list_runs(
 
     Example: sf job ls --status running · sf job ls --steps
     """
+    from rich.markup import escape
+
     from starforge.cli.connect import connect
 
     out.set_json(json_out)
@@ -83,7 +85,8 @@ def list_runs(
         ]
     )
     if not runs:
-        out.line("no runs yet")
+        filters = [f"--{k} {v}" for k, v in (("status", status), ("sweep", sweep)) if v]
+        out.line(f"no run matches {' '.join(filters)}" if filters else "no runs yet")
         return
     out.table(
         ["RUN", "STATUS", "EXPERIMENT", "METHOD", "GPUS", "STEPS", "SUBMITTED", "REASON"],
@@ -96,10 +99,14 @@ def list_runs(
                 str(r.gpus),
                 _steps(r) or "-",
                 ago(r.created_at),
-                r.reason + (f" (Slurm: {r.executor_pending})" if r.executor_pending else ""),
+                escape(
+                    " ".join(r.reason.split())  # one line: the whole text is in `sf job status`
+                    + (f" (Slurm: {r.executor_pending})" if r.executor_pending else "")
+                ),
             ]
             for r in runs
         ],
+        cut=("REASON",),  # run ids, names and counts whole; the reason on one line
     )
 
 
@@ -119,6 +126,8 @@ def status(run: RunArg = None, json_out: JsonOpt = False) -> None:
 
     Example: sf job status r-7f3a
     """
+    from rich.markup import escape
+
     from starforge.cli.connect import connect
 
     out.set_json(json_out)
@@ -142,7 +151,7 @@ def status(run: RunArg = None, json_out: JsonOpt = False) -> None:
         ("experiment", f"{view.project}/{view.experiment}"),
         ("method", view.method),
         ("status", status_text(view.status) + end),
-        ("reason", view.reason or "-"),
+        ("reason", escape(view.reason) or "-"),
         ("profile", " ".join(view.profiles)),
         ("pools", pools or "-"),
         ("image", f"{view.image} ({view.image_source})" if view.image else "-"),
@@ -167,7 +176,7 @@ def status(run: RunArg = None, json_out: JsonOpt = False) -> None:
     if view.step is not None:
         rows.insert(at, ("step", f"{view.step.action} of run {view.step.root_run_id}"))
     if view.gate is not None:
-        rows.insert(at, ("gate", _gate(view.gate)))
+        rows.insert(at, ("gate", escape(_gate(view.gate))))
     for key, ref in view.datasets.items():  # the exact versions admission resolved
         rows.insert([k for k, _ in rows].index("commit"), (key.replace("_", " "), ref))
     for key, value in rows:
@@ -182,7 +191,7 @@ def status(run: RunArg = None, json_out: JsonOpt = False) -> None:
                     s.action,
                     s.run_id or "-",
                     status_text(s.status) if s.status else "not started",
-                    s.reason or "-",
+                    escape(s.reason) or "-",
                     f"sf job logs {s.run_id}" if s.run_id else "-",
                 ]
                 for s in view.steps

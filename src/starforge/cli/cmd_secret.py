@@ -79,9 +79,12 @@ def set_(
         info = secrets.set_secret(client, name, value, lab=lab)
     out.data(info.model_dump(mode="json"))
     whose = "lab-wide" if lab else "yours"
+    # Escaped whole: `[lower_case]` is a rich tag even though the name alone needs no escape.
     out.success(
-        f"secret {escape(name)} set ({whose}); a run asks for it with `--secret {escape(name)}` "
-        f"or `secrets: [{escape(name)}]` and reads it as ${escape(name)}"
+        escape(
+            f"secret {name} set ({whose}); a run asks for it with `--secret {name}` "
+            f"or `secrets: [{name}]` and reads it as ${name}"
+        )
     )
 
 

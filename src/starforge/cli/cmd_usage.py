@@ -120,8 +120,9 @@ def _print_maintenance(found: MaintenanceStatus) -> None:
             ["RUN", "USER", "STATUS", "WHY"],
             [[b.run_id, b.user, b.status, escape(b.why)] for b in found.blockers],
         )
-    verdict = "[green]safe to restart[/green]" if found.safe_to_restart else "[red]not safe[/red]"
-    out.line(f"{verdict}: {escape(found.message)}")
+    # The message says the verdict itself ("safe to restart: ...", "not safe to restart yet: ...").
+    colour = "green" if found.safe_to_restart else "red"
+    out.line(f"[{colour}]{escape(found.message)}[/{colour}]")
 
 
 @maintenance_app.command("drain")

@@ -74,21 +74,23 @@ class Output:
         rows: Sequence[Sequence[str]],
         *,
         wrap: Sequence[str] | None = None,
+        cut: Sequence[str] = (),
     ) -> None:
         """Print rows under bold headers.
 
-        With ``wrap``, only the columns named there may wrap; every other cell is printed whole
-        (a name the user copies is never cut), and the table grows past a narrow terminal or
-        piped output's 80 columns rather than cut one.
+        With ``wrap`` or ``cut``, only the columns named there may give way: those in ``wrap``
+        wrap, those in ``cut`` stay on one line and end with an ellipsis; every other cell is
+        printed whole (a name the user copies is never cut), and the table grows past a narrow
+        terminal or piped output's 80 columns rather than cut one.
         """
         if self.json_mode:
             return
         table = Table(show_edge=False, box=None, pad_edge=False, header_style="bold")
-        if wrap is None:
+        if wrap is None and not cut:
             for col in columns:
                 table.add_column(col)
         else:
-            _add_columns(table, columns, rows, wrap, self.stdout.width)
+            _add_columns(table, columns, rows, wrap or (), self.stdout.width, cut)
         for row in rows:
             table.add_row(*row)
         self.stdout.print(table)
@@ -108,6 +110,7 @@ class Output:
 
 
 WRAP_MIN_WIDTH = 20  # a wrapped column never gets narrower than this
+CUT_MIN_WIDTH = 12  # nor a column cut with an ellipsis
 
 
 def _add_columns(
@@ -116,6 +119,7 @@ def _add_columns(
     rows: Sequence[Sequence[str]],
     wrap: Sequence[str],
     screen: int,
+    cut: Sequence[str] = (),
 ) -> None:
     """Kept columns as wide as their widest cell; the table wide enough to hold them whole."""
     needed = 2 * (len(columns) - 1)  # one space of padding on each inner side
@@ -123,6 +127,10 @@ def _add_columns(
         if col in wrap:
             table.add_column(col, overflow="fold", min_width=WRAP_MIN_WIDTH)
             needed += WRAP_MIN_WIDTH
+            continue
+        if col in cut:
+            table.add_column(col, overflow="ellipsis", no_wrap=True, min_width=CUT_MIN_WIDTH)
+            needed += CUT_MIN_WIDTH
             continue
         widest = max([Text.from_markup(col).cell_len] + [_cells(r[i]) for r in rows])
         table.add_column(col, no_wrap=True, min_width=widest)
