@@ -1,5 +1,6 @@
-"""``sf status``: the profiles you can ask for, the cluster's capacity, your quota and usage, and
-your active and queued runs (with their place in the queue and why they wait)."""
+"""``sf status``: the profiles you can ask for, the cluster's capacity (or that its executor does
+not answer), your quota and usage, and your active, queued (with their place in the queue and why
+they wait) and paused runs."""
 
 from __future__ import annotations
 
@@ -55,6 +56,8 @@ def _print_cluster(cluster: ClusterStatus) -> None:
         )
     out.table(["NAME", "SERIES", "GPUS/NODE", "PROCESSES/NODE", "DEFAULT", "LARGEST HERE"], rows)
     out.line(f"\n[bold]capacity[/bold] (executor {cluster.executor})")
+    if cluster.unreachable:  # the tables below are the last known, not now
+        out.line(f"[red]{escape(cluster.unreachable)}[/red]")
     out.table(
         ["SERIES", "NODES", "TOTAL", "USED", "FREE"],
         [[s.series, str(s.nodes), str(s.total), str(s.used), str(s.free)] for s in cluster.series],
@@ -93,8 +96,15 @@ def _print_mine(mine: MyUsage) -> None:
                 for r in mine.queued_runs
             ],
         )
-    if not mine.active and not mine.queued_runs:
-        out.line("\nyou have no active or queued runs")
+    if mine.paused:
+        out.line("\n[bold]your paused runs[/bold] (no GPUs held; `sf job resume RUN` re-queues)")
+        out.table(
+            ["RUN", "EXPERIMENT", "GPUS", "WHY"],
+            [[r.run_id, r.experiment, str(r.gpus), escape(r.reason)] for r in mine.paused],
+            cut=("WHY",),
+        )
+    if not mine.active and not mine.queued_runs and not mine.paused:
+        out.line("\nyou have no active, queued or paused runs")
 
 
 def status(json_out: JsonOpt = False) -> None:

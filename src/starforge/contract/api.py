@@ -454,6 +454,7 @@ class RunBrief(Contract):
 class MyUsage(UserQuota):
     active: list[RunBrief] = Field(default_factory=list)
     queued_runs: list[RunBrief] = Field(default_factory=list)
+    paused: list[RunBrief] = Field(default_factory=list)  # hold no GPUs; resume re-queues them
 
 
 class SeriesCapacity(Contract):
@@ -480,6 +481,9 @@ class ClusterStatus(Contract):
     nodes: list[NodeCapacity]
     queued: int = 0
     active: int = 0
+    # Why the executor's capacity cannot be read now (Slurm's controller does not answer); "" when
+    # it can. The series and nodes are then the last ones known, and nothing is placed meanwhile.
+    unreachable: str = ""
 
 
 # ---- the control plane's beacon: where runners find the server after it restarts ---------------

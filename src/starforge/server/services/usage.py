@@ -26,10 +26,12 @@ from starforge.contract.api import (
 from starforge.contract.auth import Role
 from starforge.contract.states import ACTIVE, JobStatus
 from starforge.server.db.models import Run, User
+from starforge.server.executors.base import SupportsInventory
 from starforge.server.runtime import Runtime
 from starforge.server.services import queue, quotas, scheduler, users
 
 _ACTIVE = [s.value for s in ACTIVE]
+_WAITING = [JobStatus.QUEUED.value, JobStatus.PAUSED.value]  # hold nothing, not ended
 
 
 def usage(rt: Runtime, held: Iterable[scheduler.Holding], user: str, queued: int = 0) -> Usage:
@@ -83,6 +85,13 @@ def list_all(rt: Runtime, admin: str) -> QuotaList:
 def cluster_status(rt: Runtime, viewer: str | None = None) -> ClusterStatus:
     """Capacity for everyone; run ids on nodes only the viewer's own (everyone's for operators
     and admins): another user's run counts in its node's GPUs but is not named."""
+    unreachable = ""
+    if isinstance(rt.executor, SupportsInventory) and rt.executor.inventory() is None:
+        unreachable = (
+            f"{rt.settings.executor.capitalize()} is unreachable: its controller does not answer, "
+            "so its nodes cannot be read (shown: the last known) and nothing is placed until it "
+            "answers; running jobs go on"
+        )
     with rt.transaction() as session:
         held = queue.holdings(session)
         see_all = viewer is None or Role(users.role_of(session, viewer)).at_least(Role.OPERATOR)
@@ -112,6 +121,7 @@ def cluster_status(rt: Runtime, viewer: str | None = None) -> ClusterStatus:
         nodes=nodes,
         queued=int(queued or 0),
         active=int(active or 0),
+        unreachable=unreachable,
     )
 
 
@@ -136,13 +146,14 @@ def _brief(rt: Runtime, session: Session, run: Run, nodes: list[str]) -> RunBrie
 
 
 def my_usage(rt: Runtime, user: str) -> MyUsage:
-    """The caller's quota, usage, active runs (and where) and queued runs (with positions)."""
+    """The caller's quota, usage, active runs (and where), queued runs (with positions) and
+    paused runs (with why)."""
     with rt.transaction() as session:
         held = queue.holdings(session)
         found = _user_quota(rt, session, user, held)
         rows = session.scalars(
             select(Run)
-            .where(Run.user == user, Run.status.in_([*_ACTIVE, JobStatus.QUEUED.value]))
+            .where(Run.user == user, Run.status.in_([*_ACTIVE, *_WAITING]))
             .order_by(Run.created_at)
         ).all()
         where: dict[str, list[str]] = {}
@@ -151,8 +162,9 @@ def my_usage(rt: Runtime, user: str) -> MyUsage:
             if h.node not in where[h.run_id]:
                 where[h.run_id].append(h.node)
         briefs = [_brief(rt, session, run, where.get(run.id, [])) for run in rows]
-    active = [b for b in briefs if b.status != JobStatus.QUEUED]
+    active = [b for b in briefs if b.status.is_active]
     queued = sorted(
         (b for b in briefs if b.status == JobStatus.QUEUED), key=lambda b: b.queue_position or 0
     )
-    return MyUsage(**found.model_dump(), active=active, queued_runs=queued)
+    paused = [b for b in briefs if b.status == JobStatus.PAUSED]
+    return MyUsage(**found.model_dump(), active=active, queued_runs=queued, paused=paused)
