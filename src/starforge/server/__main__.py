@@ -1,6 +1,7 @@
 """``python -m starforge.server [--home DIR]``: run the control plane in the foreground.
 
-The server binds its socket itself (port 0 picks a free one), so it knows its URL before serving;
+The server binds its socket itself (port 0 picks a free one: the previous start's, kept in
+``<home>/server/last_port``, when it is free), so it knows its URL before serving;
 once uvicorn has started, it writes ``<home>/server/server.json`` = {url, pid, version,
 started_at} atomically, and removes it on a clean shutdown (SIGTERM or SIGINT). A second server
 for the same home refuses to start while the first one's pid is alive. Logs go to
@@ -88,9 +89,32 @@ def bind(host: str, port: int) -> socket.socket:
     # the client's delayed ACK (Nagle).
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
     sock.listen(2048)
     sock.set_inheritable(False)
+    return sock
+
+
+def bind_as_before(host: str, port: int, last_port: Path) -> socket.socket:
+    """``bind``; with port 0 the port of the previous start first, when it is free, so URLs
+    printed before a restart (console links, ``sf server status``) still lead here."""
+    if port == 0:
+        try:
+            previous = int(last_port.read_text().strip())
+        except (OSError, ValueError):
+            previous = 0
+        if 0 < previous < 65536:
+            try:
+                return bind(host, previous)
+            except OSError:  # taken meanwhile: any free port, as on a first start
+                pass
+    sock = bind(host, port)
+    with contextlib.suppress(OSError):
+        last_port.write_text(f"{sock.getsockname()[1]}\n")
     return sock
 
 
@@ -167,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s", exc)
         print(f"starforge server: {exc}", file=sys.stderr)
         return 1
-    sock = bind(settings.host, settings.port)
+    sock = bind_as_before(settings.host, settings.port, settings.server_dir / "last_port")
     url = settings.url or url_of(sock, exposure.scheme)
     settings = settings.model_copy(update={"url": url})
     app = create_app(settings)
