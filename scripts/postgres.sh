@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# A throwaway PostgreSQL for tests and for trying StarForge on it: `start`, `stop`, `url`.
+# A throwaway PostgreSQL for tests and for trying StarForge on it:
+#   start     start it (made on first use) and print its URL
+#   stop      stop it; its data and port are kept for the next start
+#   restart   stop, then start on the same port with the same data
+#   url       print its URL (exit 1 when it is not running)
+#   destroy   stop it and delete the cluster, data and all
 #
 # Debian's `postgresql` package (installed with apt-get when missing); the cluster lives outside
-# the repository in ${STARFORGE_PG_DIR:-/var/tmp/starforge-pg}, listens on 127.0.0.1 only, on a
-# free port, and trusts loopback connections (it holds test data only). PostgreSQL refuses to run
-# as root, so as root the server runs as the `postgres` system user. Every command is idempotent:
-# `start` on a running cluster only prints its URL, `stop` on a stopped one does nothing.
+# the repository in ${STARFORGE_PG_DIR:-/var/tmp/starforge-pg}, listens on 127.0.0.1 only, on the
+# port it was first given (a free one; a new one only if another program took it meanwhile), and
+# trusts loopback connections (it holds test data only). PostgreSQL refuses to run as root, so as
+# root the server runs as the `postgres` system user. Every command is idempotent: `start` on a
+# running cluster only prints its URL, `stop` on a stopped one does nothing.
 set -euo pipefail
 
 PG_DIR="${STARFORGE_PG_DIR:-/var/tmp/starforge-pg}"
@@ -44,6 +50,18 @@ free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
+# The port of an earlier start when nothing else holds it now, else a free one.
+port_to_use() {
+    local saved=""
+    [[ -f "$PORT_FILE" ]] && saved=$(cat "$PORT_FILE")
+    if [[ -n "$saved" ]] && python3 -c 'import socket, sys; socket.socket().bind(("127.0.0.1", int(sys.argv[1])))' "$saved" 2>/dev/null; then
+        echo "$saved"
+        return 0
+    fi
+    [[ -n "$saved" ]] && echo "port $saved is taken now: the cluster moves to another" >&2
+    free_port
+}
+
 running() {
     [[ -f "$PORT_FILE" ]] && as_owner "$BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1
 }
@@ -63,7 +81,7 @@ start() {
             >"$PG_DIR/initdb.log" 2>&1 || { cat "$PG_DIR/initdb.log" >&2; exit 1; }
     fi
     local port
-    port=$(free_port)
+    port=$(port_to_use)
     # The socket directory is the cluster's own: /var/run/postgresql may not exist or be ours.
     as_owner "$BIN/pg_ctl" -D "$DATA" -l "$PG_DIR/server.log" -w -t 60 start \
         -o "-h 127.0.0.1 -p $port -k $PG_DIR -c max_connections=400 -c fsync=off \
@@ -82,19 +100,28 @@ stop() {
     if [[ -f "$DATA/PG_VERSION" ]]; then
         as_owner "$BIN/pg_ctl" -D "$DATA" -m fast -w stop >/dev/null 2>&1 || true
     fi
+}
+
+destroy() {
+    stop
     rm -rf "$PG_DIR"
 }
 
 case "${1:-}" in
     start) start ;;
     stop) stop ;;
+    restart)
+        stop
+        start
+        ;;
+    destroy) destroy ;;
     url)
         BIN=$(pg_bin) || { echo "postgresql is not installed" >&2; exit 1; }
         running || { echo "the throwaway PostgreSQL is not running: $0 start" >&2; exit 1; }
         url
         ;;
     *)
-        echo "usage: $0 start|stop|url" >&2
+        echo "usage: $0 start|stop|restart|url|destroy" >&2
         exit 2
         ;;
 esac
