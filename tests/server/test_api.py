@@ -70,7 +70,8 @@ def test_an_old_client_is_told_to_upgrade(client: TestClient) -> None:
     resp = client.get("/health", headers={CLIENT_VERSION_HEADER: "0.0.9"})
     assert resp.status_code == 426
     err = from_wire(resp.json(), status=resp.status_code)
-    assert err.code == "version.client_too_old" and "upgrade" in (err.hint or "")
+    assert err.code == "version.client_too_old"
+    assert err.message.endswith("upgrade it with pip install -U 'starforge>=0.1.0'")
     assert client.get("/health", headers={CLIENT_VERSION_HEADER: "0.1.0"}).status_code == 200
 
 

@@ -21,7 +21,13 @@ from starforge.contract.wire import API_PREFIX as API_PREFIX
 from starforge.contract.wire import CLIENT_VERSION_HEADER as CLIENT_VERSION_HEADER
 from starforge.contract.wire import RUN_TOKEN_HEADER as RUN_TOKEN_HEADER
 
+# The release policy (docs/releases.md), checked by tests/integration/test_release_compat.py
+# against the previous release built from git: a server answers clients down to
+# MIN_CLIENT_VERSION (older ones get a one-line 426 naming the upgrade; an admin may raise the
+# bar for users with ``min_client_version``), and a client talks to servers down to
+# MIN_SERVER_VERSION. Runners are clients of the same wire, held to MIN_CLIENT_VERSION.
 MIN_CLIENT_VERSION = "0.1.0"
+MIN_SERVER_VERSION = "0.1.0"
 
 # Bounds of the numbers the API takes, so each fits the database's columns (64-bit steps, 32-bit
 # counters) and a value beyond them is a 400 naming the field, never an overflow inside.
@@ -47,6 +53,7 @@ class ServerInfo(Contract):
     leader: bool = True  # whether this process runs the scheduler and reconciler
     registries: str = ""  # the image allowlist in a line ("every registry is allowed" when none)
     containers: str = ""  # the container runtime in effect, in one line
+    min_client: str = ""  # the oldest client it lets users call it with ("": a server before 0.2)
 
 
 class WhoAmI(Contract):

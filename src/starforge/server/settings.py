@@ -23,9 +23,16 @@ import subprocess
 import sys
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, IPvAnyNetwork, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    IPvAnyNetwork,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -33,7 +40,8 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from starforge.contract.api import Quota
+from starforge.contract import versions
+from starforge.contract.api import MIN_CLIENT_VERSION, Quota
 from starforge.contract.jobspec import MAX_FILE_BYTES
 from starforge.contract.profiles import ProfileDef
 from starforge.server import containers
@@ -137,6 +145,16 @@ def gpu_names() -> list[str]:
     return [line.strip() for line in out.splitlines() if line.strip()]
 
 
+def _check_min_client(value: str) -> str:
+    if versions.parse(value) is None:
+        raise ValueError(f"{value!r} is not a version (e.g. {MIN_CLIENT_VERSION})")
+    if versions.older(value, MIN_CLIENT_VERSION):
+        raise ValueError(
+            f"{value} is below {MIN_CLIENT_VERSION}, the oldest client this server can speak to"
+        )
+    return value.strip()
+
+
 def default_runner_command() -> list[str]:
     return [sys.executable, "-m", "starforge.runner"]
 
@@ -186,6 +204,10 @@ class Settings(BaseSettings):
     preemption: bool = True
     preempt_min_interval_s: float = Field(default=600.0, ge=0)
     hf_offline: bool = True
+    # The oldest client this server lets users call it with (426 and the upgrade command below):
+    # an admin raises it to make a lab upgrade; never below contract.api.MIN_CLIENT_VERSION. Runners
+    # are held to that built-in minimum only, so the previous release's keep reporting.
+    min_client_version: Annotated[str, AfterValidator(_check_min_client)] = MIN_CLIENT_VERSION
     # Request bodies, in bytes: a body beyond its route's limit is answered 413 and never kept
     # (Content-Length over the limit is refused before a byte is read; a longer stream is cut).
     max_body_bytes: int = Field(default=1 << 20, ge=1024)  # every route not named below

@@ -6,11 +6,12 @@ dependency and request, for what is a dictionary lookup here."""
 
 from __future__ import annotations
 
-import re
 from typing import Annotated
 
 from fastapi import Depends, Header, Request
 
+from starforge import __version__
+from starforge.contract import versions
 from starforge.contract.api import CLIENT_VERSION_HEADER, MIN_CLIENT_VERSION
 from starforge.contract.errors import ClientTooOld, InvalidSpec
 from starforge.server.runtime import Runtime
@@ -34,22 +35,13 @@ UserDep = Annotated[str, Depends(current_user)]
 
 
 MAX_CLIENT_HEADER = 64  # "0.12.3rc1+local.build"; far more than any version needs
-_VERSION = re.compile(r"^\s*v?(\d{1,9}(?:\.\d{1,9})*)(?!\d)")
 
 
-def version_tuple(text: str) -> tuple[int, ...] | None:
-    """``0.1.0``, ``0.1.0rc1`` or ``0.2`` as numbers; None when it is not a version at all (a
-    part of ten digits or more is none: no release is numbered so)."""
-    match = _VERSION.match(text)
-    if not match:
-        return None
-    parts = tuple(int(p) for p in match.group(1).split("."))
-    return parts + (0,) * (3 - len(parts)) if len(parts) < 3 else parts
-
-
-def check_client(client: str | None) -> None:
+def check_client(client: str | None, minimum: str = MIN_CLIENT_VERSION) -> None:
     """400 for a client-version header no client sends (too long); 426 to a client older than
-    the oldest this server speaks to. Pure: the auth middleware calls it before any I/O."""
+    ``minimum``, the oldest this server speaks to (``min_client_version`` for users' calls).
+    Pure: the gate calls it before any I/O. The 426 is one line naming the upgrade command, no
+    hint: every client since the first prints an error body's message as its one red line."""
     if not client:
         return
     if len(client) > MAX_CLIENT_HEADER:
@@ -59,17 +51,17 @@ def check_client(client: str | None) -> None:
             hint="send the client's version, or leave the header out",
             details={"header": CLIENT_VERSION_HEADER, "length": len(client)},
         )
-    have, need = version_tuple(client), version_tuple(MIN_CLIENT_VERSION)
-    if have is not None and need is not None and have < need:
+    if versions.older(client, minimum):
         raise ClientTooOld(
-            f"client {client} is older than {MIN_CLIENT_VERSION}, the oldest this server accepts",
-            hint="upgrade the client: pip install -U starforge",
-            details={"client": client, "min_client": MIN_CLIENT_VERSION},
+            f"client {client} is older than {minimum}, the oldest this server ({__version__}) "
+            f"accepts: upgrade it with pip install -U 'starforge>={minimum}'",
+            details={"client": client, "min_client": minimum, "server": __version__},
         )
 
 
 async def check_client_version(
     client: Annotated[str | None, Header(alias=CLIENT_VERSION_HEADER)] = None,
 ) -> None:
-    """Answer 426 to a client older than the oldest this server speaks to (:func:`check_client`)."""
+    """Answer 426 to a client older than the oldest this server can speak to at all
+    (:func:`check_client`); the gate holds users' calls to the admin's minimum as well."""
     check_client(client)

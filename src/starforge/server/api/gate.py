@@ -7,7 +7,8 @@ an ASGI middleware in front of the routes. It finds the route a request is for i
 authorization table (the rule each route declares with :mod:`.authz`) and, before the route
 runs:
 
-- checks the client-version header (400 for one no client sends, 426 for an old client);
+- checks the client-version header (400 for one no client sends, 426 for an old client: a
+  user's call against the admin's ``min_client_version``, a runner's against the built-in one);
 - for a user rule: authenticates the bearer token and checks the rule's role (401/403), in a
   worker thread (a database read; a request with no bearer token at all is refused without one),
   and leaves the caller in the request's scope, where the route's own rule dependency takes it
@@ -34,7 +35,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.routing import compile_path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from starforge.contract.api import CLIENT_VERSION_HEADER, RUN_TOKEN_HEADER
+from starforge.contract.api import CLIENT_VERSION_HEADER, MIN_CLIENT_VERSION, RUN_TOKEN_HEADER
 from starforge.contract.errors import StarForgeError
 from starforge.server.api import authz, bodies, deps
 from starforge.server.runtime import Runtime
@@ -159,11 +160,14 @@ class Gatekeeper:
             if name
             in (_AUTHORIZATION, _RUN_TOKEN, _CLIENT, b"content-length", b"transfer-encoding")
         }
+        rt: Runtime = self.api.state.runtime
         try:
-            deps.check_client(headers.get(_CLIENT))
+            # A user's call is held to the admin's minimum client; a runner's to the built-in
+            # one only, so the previous release's runners keep reporting through an upgrade.
+            minimum = rt.settings.min_client_version if gate.user_rules else MIN_CLIENT_VERSION
+            deps.check_client(headers.get(_CLIENT), minimum)
             if gate.user_rules:
                 users.require_bearer(headers.get(_AUTHORIZATION))  # no token: no thread, no read
-            rt: Runtime = self.api.state.runtime
             caller = await run_in_threadpool(_admit, gate, rt, headers, params)
         except StarForgeError as err:
             await bodies.send_error(send, err, close=_has_big_body(headers))

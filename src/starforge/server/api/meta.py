@@ -37,6 +37,7 @@ def info(rt: RuntimeDep) -> ServerInfo:
         leader=rt.leader,
         registries=_registries(rt),
         containers=describe_containers(rt.settings.containers),
+        min_client=rt.settings.min_client_version,
     )
 
 
