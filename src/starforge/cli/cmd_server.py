@@ -44,6 +44,7 @@ def _uptime(started: datetime) -> str:
 
 
 def _describe(url: str) -> dict[str, object]:
+    from starforge import __version__
     from starforge.client import config
     from starforge.client.http import Client
 
@@ -64,6 +65,8 @@ def _describe(url: str) -> dict[str, object]:
         "leader": info.leader,
         "registries": info.registries or "(not reported by this server)",
         "containers": info.containers,
+        "min_client": info.min_client or "(not reported by this server)",
+        "client": __version__,
     }
 
 
@@ -154,7 +157,7 @@ def stop(json_out: JsonOpt = False) -> None:
 
 @app.command()
 def status(json_out: JsonOpt = False) -> None:
-    """Show the server's URL, pid, version and uptime.
+    """Show the server's URL, pid, version, the oldest client it accepts, and uptime.
 
     Example: sf server status --json
     """
@@ -170,7 +173,27 @@ def status(json_out: JsonOpt = False) -> None:
         raise typer.Exit(1)
     state = _describe(found[0])
     out.data(state)
-    keys = ("url", "pid", "version", "executor", "database", "uptime", "home", "job_user")
-    for key in (*keys, "isolation", "containers", "registries"):
+    keys = ("url", "pid", "version", "min_client", "client", "executor", "database", "uptime")
+    for key in (*keys, "home", "job_user", "isolation", "containers", "registries"):
         out.line(f"{key:>9}: {state[key]}")
     out.line(f"{'loops':>9}: {'leader' if state['leader'] else 'follower (another process leads)'}")
+    _warn_versions(str(state["version"]), str(state["min_client"]))
+
+
+def _warn_versions(server: str, min_client: str) -> None:
+    """Say when this client and the server are too far apart (docs/releases.md)."""
+    from starforge import __version__
+    from starforge.contract import versions
+    from starforge.contract.api import MIN_SERVER_VERSION
+
+    if versions.older(server, MIN_SERVER_VERSION):
+        out.warn(
+            f"the server runs {server}, older than {MIN_SERVER_VERSION}, the oldest this client "
+            f"({__version__}) talks to: upgrade the server, or use its client (pip install "
+            f"'starforge=={server}')"
+        )
+    if versions.older(__version__, min_client):
+        out.warn(
+            f"this client ({__version__}) is older than {min_client}, the oldest the server "
+            f"accepts: pip install -U 'starforge>={min_client}'"
+        )

@@ -81,6 +81,34 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except OSError as exc:
         return _os_error(exc, debug)
+    except Exception as exc:
+        unreadable = None if debug else _unreadable(exc)
+        if unreadable is None:
+            raise
+        _out().error(unreadable)
+        return unreadable.exit_code
+
+
+def _unreadable(exc: Exception) -> StarForgeError | None:
+    """pydantic's ValidationError escaping a command as one line: what user input builds is
+    checked into our own errors first, so this is an answer (or a file) another release wrote
+    that this one cannot read (docs/releases.md). None for any other exception (a bug)."""
+    core = sys.modules.get("pydantic_core")
+    if core is None or not isinstance(exc, core.ValidationError):
+        return None
+    from starforge import __version__
+    from starforge.contract.errors import UnreadableAnswer
+
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "(the whole answer)"
+    value = first.get("input")
+    sent = f" (it holds {value!r:.60})" if isinstance(value, str | int | float) else ""
+    return UnreadableAnswer(
+        f"sf {__version__} cannot read this {exc.title}: {where}: {first['msg']}{sent}",
+        hint="the server is likely of a release this client cannot read: `sf server status` shows "
+        "its version and the oldest client it accepts (pip install -U starforge upgrades this one)",
+        details={"model": exc.title, "errors": exc.error_count(), "client": __version__},
+    )
 
 
 def _os_error(exc: OSError, debug: bool) -> int:

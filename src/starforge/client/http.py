@@ -118,7 +118,14 @@ class Client:
                     f"HTTP {response.status_code} from {self.base_url}{path}: {response.text[:200]}"
                 ) from None
             if isinstance(payload, dict):
-                raise from_wire(payload, status=response.status_code)
+                err = from_wire(payload, status=response.status_code)
+                if err.code == "not_found" and err.message.startswith("no such endpoint"):
+                    # A route this client knows and the server does not: an older server.
+                    err.hint = err.hint or (
+                        f"the server may be older than this client ({__version__}): "
+                        "`sf server status` shows its version (docs/releases.md)"
+                    )
+                raise err
             raise ServerError(f"HTTP {response.status_code}: {payload!r}")
         return response
 

@@ -254,6 +254,14 @@ class ClientTooOld(StarForgeError):
     http_status = 426
 
 
+class UnreadableAnswer(StarForgeError):
+    """An answer of the server this client cannot read (a value a newer release added, a field
+    an older one lacks): ``sf`` says so in one line instead of a traceback."""
+
+    code = "version.unreadable_answer"
+    http_status = 502
+
+
 class InvalidTransition(StarForgeError):
     """A status write the transition table does not allow (a bug, never a user's mistake)."""
 
