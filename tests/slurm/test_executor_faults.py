@@ -8,6 +8,7 @@ import signal
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -155,12 +156,17 @@ def test_slurmctld_stopped_and_started_under_queued_and_running_runs_loses_and_r
     os.kill(int((state / "run" / "slurmctld.pid").read_text()), signal.SIGTERM)
     try:
         wait_for(lambda: not controller_answers(), "slurmctld to stop answering")
+        status = sf("status")  # says so, instead of a capacity it cannot read
+        assert status.code == 0 and "Slurm is unreachable" in status.out, status.out
+        cluster: Any = sf("status", "--json").json()
+        assert cluster["cluster"]["unreachable"].startswith("Slurm is unreachable")
         waiting = submit(sf, lab, "h200:1", exp="c")  # queued while Slurm cannot place it
         log = Path(view(sf, running)["run_dir"], "logs", "attempt-1.log")
         wait_for(lambda: "step 15/" in log.read_text(), "training to go on without slurmctld")
         assert view(sf, waiting)["status"] == "queued"
     finally:
         subprocess.run(["bash", str(SCRIPT), "start"], check=True, capture_output=True)
+    assert "unreachable" not in sf("status").out  # it answers again
     for run_id in (running, waiting):
         done = wait_status(sf, run_id, *FINAL, deadline_s=120)
         assert done["status"] == "succeeded", logs_of(done)
