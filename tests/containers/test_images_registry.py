@@ -91,9 +91,10 @@ def _put_blob(client: httpx.Client, name: str, data: bytes) -> dict[str, object]
     }
 
 
-def push(registry: str, name: str, tag: str) -> str:
-    """Push a minimal OCI image (a fresh config each time) as ``name:tag``; its digest."""
-    with httpx.Client(base_url=f"http://{registry}", timeout=10) as client:
+def push(registry: str, name: str, tag: str, headers: dict[str, str] | None = None) -> str:
+    """Push a minimal OCI image (a fresh config each time) as ``name:tag``; its digest.
+    ``headers``: an ``Authorization`` for a registry that wants one."""
+    with httpx.Client(base_url=f"http://{registry}", timeout=10, headers=headers) as client:
         layer = _put_blob(client, name, f"layer {next(_pushes)}".encode())
         config_bytes = json.dumps(
             {

@@ -166,6 +166,7 @@ def call(client: TestClient, method: str, path: str, cell: Cell, submit: dict[st
     url = path.format(
         ref=ref, run_id=cell.run_id, sha256=digest, name=cell.other, framework="trl",
         sweep_id=sweep_of(cell.run_id), owner=cell.caller, dataset="matrix", version="v1",
+        host="registry.example",
     )  # fmt: skip
     matrix_dataset = {"name": "matrix", "version": "v1", "files": submit["manifest"]["files"][:1]}
     if "/datasets/" in path:  # the caller's own dataset, whatever the caller's role
@@ -178,6 +179,8 @@ def call(client: TestClient, method: str, path: str, cell: Cell, submit: dict[st
         "PUT /admin/quotas/{name}": {"max_runs": 2},
         "PUT /admin/images/defaults/{framework}": {"ref": "ghcr.io/lab/trl:1"},
         "PUT /admin/registries": {"entry": "ghcr.io/lab", "allowed": True},
+        "PUT /admin/registry-logins/{host}": {"username": "u", "password": "matrix-pw"},
+        "POST /runs/{run_id}/registry-auth": {"attempt": 1},
         "POST /users": {"name": f"new-{next(_ids)}", "role": "member"},
         "PUT /users/{name}/role": {"role": "viewer"},
         "PUT /users/{name}/unix": {"unix_user": None},

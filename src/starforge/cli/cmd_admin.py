@@ -1,6 +1,6 @@
 """``sf admin user add|ls|set-role|set-unix|disable|enable``, ``sf admin quota show|set``,
-``sf admin image default|ls``, ``sf admin registry allow|deny|ls`` and ``sf admin secrets
-rotate-key``.
+``sf admin image default|ls``, ``sf admin registry ...`` (``cli/cmd_registry.py``: the allowlist
+and registry logins) and ``sf admin secrets rotate-key``.
 
 Only admins may call these; on the embedded server the local user is the admin. A new user's
 first token is printed once (``--json`` gives it as ``token``). A user an admin never set a quota
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.markup import escape
 
-from starforge.cli import cmd_usage
+from starforge.cli import cmd_registry, cmd_usage
 from starforge.cli.cmd_status import quota_rows
 from starforge.cli.output import JsonOpt, out
 
@@ -37,14 +37,10 @@ image_app = typer.Typer(
     help="Default images per framework (the second rule of the image resolution order).",
     no_args_is_help=True,
 )
-registry_app = typer.Typer(
-    help="The registry allowlist: images only from these registries (none listed: any).",
-    no_args_is_help=True,
-)
 app.add_typer(user_app, name="user")
 app.add_typer(quota_app, name="quota")
 app.add_typer(image_app, name="image")
-app.add_typer(registry_app, name="registry")
+app.add_typer(cmd_registry.app, name="registry")
 secrets_app = typer.Typer(help="The key that seals secrets at rest.", no_args_is_help=True)
 app.add_typer(secrets_app, name="secrets")
 app.add_typer(cmd_usage.app, name="usage")
@@ -382,12 +378,6 @@ def _show_images(found: ImageAdmin) -> None:
     out.line(f"containers: {found.containers}")
 
 
-def _show_registries(found: ImageAdmin) -> None:
-    out.data(found.model_dump(mode="json"))
-    out.table(["REGISTRY", "SET IN"], [[e.entry, e.source] for e in found.registries])
-    out.line(escape(found.summary))
-
-
 @image_app.command("default")
 def image_default(
     framework: Annotated[str, typer.Argument(help="The framework, e.g. trl, verl, nemo-rl.")],
@@ -418,53 +408,6 @@ def image_ls(json_out: JsonOpt = False) -> None:
     out.set_json(json_out)
     with connect() as client:
         _show_images(client.image_settings())
-
-
-@registry_app.command("allow")
-def registry_allow(
-    entry: Annotated[str, typer.Argument(help="HOST[:PORT][/PREFIX], e.g. ghcr.io/my-lab.")],
-    json_out: JsonOpt = False,
-) -> None:
-    """Allow images from a registry (or from a prefix of it).
-
-    Example: sf admin registry allow 127.0.0.1:5000/lab
-    """
-    from starforge.cli.connect import connect
-
-    out.set_json(json_out)
-    with connect() as client:
-        found = client.update_registry(entry, allowed=True)
-    _show_registries(found)
-
-
-@registry_app.command("deny")
-def registry_deny(
-    entry: Annotated[str, typer.Argument(help="An entry `sf admin registry ls` lists.")],
-    json_out: JsonOpt = False,
-) -> None:
-    """Remove an entry from the allowlist (the last one removed allows every registry again).
-
-    Example: sf admin registry deny 127.0.0.1:5000/lab
-    """
-    from starforge.cli.connect import connect
-
-    out.set_json(json_out)
-    with connect() as client:
-        found = client.update_registry(entry, allowed=False)
-    _show_registries(found)
-
-
-@registry_app.command("ls")
-def registry_ls(json_out: JsonOpt = False) -> None:
-    """List the allowed registries; with none, every registry is allowed.
-
-    Example: sf admin registry ls
-    """
-    from starforge.cli.connect import connect
-
-    out.set_json(json_out)
-    with connect() as client:
-        _show_registries(client.image_settings())
 
 
 @secrets_app.command("rotate-key")

@@ -193,6 +193,24 @@ class QuotaRejected(Rejected):
     code = "admission.quota"
 
 
+class RegistryLoginNeeded(Rejected):
+    """The image's registry answers only with credentials, and the server holds none for it."""
+
+    code = "admission.registry_login_needed"
+
+
+class RegistryLoginRefused(Rejected):
+    """The registry (or its token service) refused the login the server holds for it."""
+
+    code = "admission.registry_login_refused"
+
+
+class RegistryAuthUnreachable(Rejected):
+    """The registry's token service (the ``realm`` of its challenge) could not be reached."""
+
+    code = "admission.registry_auth_unreachable"
+
+
 class BlobDigestMismatch(StarForgeError):
     code = "blobs.digest_mismatch"
     http_status = 400

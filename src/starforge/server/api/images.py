@@ -1,13 +1,27 @@
-"""Admin routes for images: framework defaults and the registry allowlist (admins only)."""
+"""Admin routes for images: framework defaults, the registry allowlist and registry logins
+(admins only), and the runner's fetch of its image's registry login (its run token only). No
+route returns a password except the runner's (``services/registries.for_runner``)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
 
+from fastapi import APIRouter, Header, Response
+
+from starforge.contract.api import RUN_TOKEN_HEADER
 from starforge.contract.images import ImageAdmin, ImageDefaultUpdate, RegistryUpdate
-from starforge.server.api.authz import Admin
+from starforge.contract.registries import (
+    RegistryLoginInfo,
+    RegistryLoginList,
+    RegistryLoginSet,
+    RegistryLogout,
+    RunRegistryAuth,
+    RunRegistryAuthRequest,
+)
+from starforge.server.api.authz import Admin, runner
 from starforge.server.api.deps import RuntimeDep
-from starforge.server.services import images
+from starforge.server.services import images, registries
+from starforge.server.services import lifecycle as run_lifecycle
 
 router = APIRouter()
 
@@ -37,3 +51,39 @@ def update_registry(body: RegistryUpdate, rt: RuntimeDep, user: Admin) -> ImageA
             images.deny(session, rt.settings, body.entry)
     with rt.transaction() as session:
         return images.admin_view(session, rt.settings)
+
+
+@router.get("/admin/registry-logins", response_model=RegistryLoginList)
+def registry_logins(rt: RuntimeDep, _: Admin) -> RegistryLoginList:
+    with rt.transaction() as session:
+        return registries.listing(session)
+
+
+@router.put("/admin/registry-logins/{host}", response_model=RegistryLoginInfo)
+def registry_login(
+    host: str, body: RegistryLoginSet, rt: RuntimeDep, user: Admin
+) -> RegistryLoginInfo:
+    with rt.transaction() as session:
+        return registries.put(rt, session, str(user), host, body)
+
+
+@router.delete("/admin/registry-logins/{host}", response_model=RegistryLogout)
+def registry_logout(host: str, rt: RuntimeDep, _: Admin) -> RegistryLogout:
+    with rt.transaction() as session:
+        return registries.remove(session, host)
+
+
+@router.post(
+    "/runs/{run_id}/registry-auth",
+    response_model=RunRegistryAuth,
+    dependencies=[runner(run_lifecycle.authorize)],  # the runner's token, checked by the gate
+)
+def run_registry_auth(
+    run_id: str,
+    body: RunRegistryAuthRequest,
+    rt: RuntimeDep,
+    response: Response,
+    token: Annotated[str | None, Header(alias=RUN_TOKEN_HEADER)] = None,
+) -> RunRegistryAuth:
+    response.headers["Cache-Control"] = "no-store"
+    return registries.for_runner(rt, run_id, token, body.attempt)

@@ -4,8 +4,9 @@
 the admins' framework default, ``runtime_images`` in server.yaml, the catalog), then the
 allowlist (the admins' entries plus ``allowed_registries``; none at all allows every registry),
 then, where the server runs jobs in containers, pins the tag to the digest the registry serves
-(``server/registry.py``), so a retag never changes a queued or resumed run. With
-``containers: none`` nothing is resolved and the submission is told the image will not be used.
+(``server/registry.py``, with the login an admin stored for a registry that asks for one), so a
+retag never changes a queued or resumed run. With ``containers: none`` nothing is resolved and
+the submission is told the image will not be used.
 Also the admin side: framework defaults and allowlist entries, read and written here only.
 """
 
@@ -31,6 +32,7 @@ from starforge.contract.images import (
 from starforge.contract.jobspec import JobSpec
 from starforge.server import containers, registry
 from starforge.server.db.images import AllowedRegistry, ImageDefault
+from starforge.server.registry_auth import LoginLookup
 from starforge.server.settings import Settings
 
 TAG_WARNING = "image {ref} is a tag: pinned to {digest} for this run; pin a digest in production"
@@ -147,8 +149,10 @@ def admit_image(
     settings: Settings,
     defaults: dict[str, str],
     entries: list[str],
+    login: LoginLookup | None = None,
 ) -> AdmittedImage:
-    """The image the run gets, allowed and (with a container runtime) pinned; raise Rejected."""
+    """The image the run gets, allowed and (with a container runtime) pinned; raise Rejected.
+    ``login(host)``: the stored login of a registry that asks for credentials."""
     _, runtime = method.runtime_version(spec.method.framework_version or None)
     resolved = resolve_image(
         spec.image,
@@ -176,7 +180,10 @@ def admit_image(
         return AdmittedImage(ref=resolved.ref, source=resolved.source, warnings=warnings)
     image = parse_image(resolved.ref)
     digest = registry.resolve_digest(
-        image, insecure=settings.insecure_registries, timeout_s=settings.registry_timeout_s
+        image,
+        insecure=settings.insecure_registries,
+        timeout_s=settings.registry_timeout_s,
+        login=login,
     )
     if image.digest:
         return AdmittedImage(ref=resolved.ref, source=resolved.source)

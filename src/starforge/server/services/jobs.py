@@ -52,6 +52,7 @@ from starforge.server.services import (
     pipelines,
     queue,
     quotas,
+    registries,
     secrets,
     users,
 )
@@ -170,6 +171,7 @@ def admission_context(rt: Runtime, session: Session | Connection, user: str) -> 
         settings=rt.settings,
         defaults=images.framework_defaults(session),
         entries=images.allowlist(session, rt.settings),
+        login=functools.partial(registries.login_for, rt),
     )
     return AdmissionContext(limits, image_check)
 

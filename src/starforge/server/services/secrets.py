@@ -54,7 +54,7 @@ from starforge.contract.states import JobStatus
 from starforge.server.db.models import Run, utcnow
 from starforge.server.db.secrets import Secret
 from starforge.server.runtime import Runtime
-from starforge.server.services import hub_preflight, lifecycle, notify, secret_keys
+from starforge.server.services import hub_preflight, lifecycle, notify, registries, secret_keys
 from starforge.server.services.users import Caller
 
 RELEASE_STATUSES = (JobStatus.STARTING.value, JobStatus.RUNNING.value)
@@ -262,8 +262,9 @@ def rotate(rt: Runtime) -> KeyRotated:
             row.ciphertext, row.key_id = ring.seal(value, _aad(row))
     with rt.transaction() as session:
         used = set(session.scalars(select(Secret.key_id).distinct()))
-    # Webhook signing secrets are sealed with the same ring: re-sealed too, so no key one of
-    # them still needs is dropped.
+    # Webhook signing secrets and registry logins are sealed with the same ring: re-sealed too,
+    # so no key one of them still needs is dropped.
     used |= notify.reseal(rt, ring)
+    used |= registries.reseal(rt, ring)
     retired = secret_keys.finish_rotation(server_dir, ring, used)
     return KeyRotated(key_id=ring.current, reencrypted=len(ids), retired=retired)

@@ -1,0 +1,31 @@
+"""Registry logins: one per registry host, the password sealed at rest
+(``server/services/registries.py`` owns them).
+
+A row holds the username in the clear (``sf admin registry ls`` shows it) and the password only as
+ciphertext with the id of the key that sealed it: the secrets' key ring
+(``services/secret_keys``), bound to the row's host, so a copy of the database reveals no password
+and a ciphertext moved to another host does not open.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import String, Text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from starforge.server.db.models import Base, UTCDateTime, utcnow
+
+
+class RegistryLogin(Base):
+    """``sf admin registry login HOST``: the credentials the server uses for that registry."""
+
+    __tablename__ = "registry_logins"
+
+    host: Mapped[str] = mapped_column(String(260), primary_key=True)  # HOST[:PORT], lower case
+    username: Mapped[str] = mapped_column(String(256))
+    ciphertext: Mapped[str] = mapped_column(Text())  # base64(nonce || AES-GCM ciphertext)
+    key_id: Mapped[str] = mapped_column(String(64))
+    set_by: Mapped[str] = mapped_column(String(100), default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
