@@ -502,5 +502,6 @@ class ControlPlane(Contract):
 
     url: str
     heartbeat_s: float = 5.0
+    report_drain_s: float = 60.0  # how long a runner sends its job's spooled curves at the end
     pid: int = 0
     started_at: datetime | None = None

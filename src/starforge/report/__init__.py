@@ -10,8 +10,9 @@
 The platform sets the job's environment (run id, ingest endpoint, run-scoped token); without it
 (a script run by hand) every call is a silent no-op. ``log`` never raises into training and never
 waits for the network: a background thread batches and sends. Points logged while the server is
-unreachable are kept (in memory, then in a spool file under ``$FORGE_OUT_DIR``) and sent later,
-by this process or by the run's next attempt. ``finish`` drains, and runs by itself at exit.
+unreachable are kept (in memory, then in a spool file under ``$FORGE_OUT_DIR``) and sent later:
+by this process, by its runner once the job has ended, or, what is still there when the run
+ends, by the server itself; none is stored twice. ``finish`` drains, and runs by itself at exit.
 
 For Hugging Face / TRL trainers, ``trainer.add_callback(report.TrainerCallback())`` sends every
 value the trainer logs; the ``trl/*`` catalog methods are wired with it already.

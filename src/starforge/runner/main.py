@@ -50,6 +50,7 @@ from starforge.runner import container, datasets, jobfork, jobuser, ranks, slurm
 from starforge.runner import secrets as job_secrets
 from starforge.runner.preflight import check_packages
 from starforge.runner.report import Reporter, client_for, write_exit_record, write_runner_record
+from starforge.runner.spooldrain import drain as drain_spool
 from starforge.runner.unpack import manifest_digest, unpack
 
 SIGTERM_EXIT = 128 + signal.SIGTERM
@@ -492,6 +493,8 @@ class Runner:
             job_secrets.remove_files(self.binding)
         if self.terminating and code != 0 and slurm.under_slurm(os.environ):
             reason = slurm.why_terminated(os.environ) or reason  # node down, preempted
+        # The curves the job could not deliver go before its exit: a run that ended takes none.
+        drain_spool(self.binding, self.say)
         self.say(
             f"attempt {self.binding.attempt} node {self.binding.node_rank} exited with code {code}"
         )

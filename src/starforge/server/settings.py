@@ -193,6 +193,10 @@ class Settings(BaseSettings):
     pause_grace_s: float = Field(default=120.0, ge=0)
     heartbeat_s: float = Field(default=5.0, gt=0)
     lost_after_s: float = Field(default=30.0, gt=0)
+    # After its job ends, node 0's runner sends the curves the job could not deliver for at most
+    # this long (retrying, with backoff) before it reports the exit; what is left the server
+    # takes from the run's folder when it ends the run (services/spooled.py).
+    report_drain_s: float = Field(default=60.0, ge=0)
     embedded: bool = True
     profiles: list[ProfileDef] = Field(default_factory=default_profiles)
     inventory: list[NodeDef] | None = None

@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 
 from starforge.catalog.loader import get_method
 from starforge.catalog.schema import AutoRetry
+from starforge.contract import spoolfiles
 from starforge.contract.api import ControlPlane, LifecycleEvent
 from starforge.contract.atomic import write_json_atomic
 from starforge.contract.errors import Forbidden, RunNotFound, StarForgeError, Unauthorized
@@ -36,6 +37,7 @@ from starforge.server.db.models import Attempt, Run, utcnow
 from starforge.server.executors.base import SupportsKill
 from starforge.server.runtime import Runtime
 from starforge.server.services import asha, checkpoints, datasets, gates
+from starforge.server.services.spooled import take as take_spool
 from starforge.server.services.users import token_digest
 
 # Exit codes of a node that was asked to pause: saved and exited 143 (SIGTERM), killed after the
@@ -125,6 +127,7 @@ class Outcome:
     ended: bool = False
     kill_refs: list[str] = field(default_factory=list)  # lost runners' groups: SIGKILL now
     grace_s: float | None = None  # None: the server's stop grace period
+    spooled: spoolfiles.Taken | None = None  # the job's spool files stored: removed after it
 
 
 def check_run_token(run: Run, token: str | None) -> None:
@@ -212,6 +215,8 @@ def finish_attempt(
     attempt.exit_code = decision.exit_code
     attempt.end_reason = decision.end_reason.value
     run.exit_code = decision.exit_code
+    # The curves its job could not deliver, stored before the status that ends the attempt.
+    spooled = take_spool(rt, session, run) if rt is not None else None
     verdict = judge_retry(rt, run, decision) if rt is not None else None
     failure = decision.reason
     if rt is not None and decision.status is JobStatus.FAILED:  # a failed eval gate says so
@@ -235,7 +240,10 @@ def finish_attempt(
         )
     stop_refs = [n.live_ref for n in nodes.values() if n.live_ref]
     kill_refs = [n.ref for n in nodes.values() if n.ref and n.lost]
-    return Outcome(True, f"run {run.id} {run.status}", stop_refs, ended=True, kill_refs=kill_refs)
+    return Outcome(
+        True, f"run {run.id} {run.status}", stop_refs, ended=True, kill_refs=kill_refs,
+        spooled=spooled,
+    )  # fmt: skip
 
 
 # ---- runner events -----------------------------------------------------------------------------
@@ -319,8 +327,13 @@ def publish_beacon(rt: Runtime) -> None:
     """Tell runners where this server is and how often to beat (its URL changes per start)."""
     if not rt.url:
         return
+    s = rt.settings
     beacon = ControlPlane(
-        url=rt.url, heartbeat_s=rt.settings.heartbeat_s, pid=os.getpid(), started_at=rt.started_at
+        url=rt.url,
+        heartbeat_s=s.heartbeat_s,
+        report_drain_s=s.report_drain_s,
+        pid=os.getpid(),
+        started_at=rt.started_at,
     )
     write_json_atomic(rt.storage.layout.beacon, beacon.model_dump(mode="json"))
 
@@ -333,5 +346,7 @@ def act_on(rt: Runtime, outcome: Outcome) -> None:
     if isinstance(rt.executor, SupportsKill):  # for groups that outlive their runner
         for ref in outcome.kill_refs:
             rt.executor.kill(ref)  # whatever a lost runner left behind must not train on
+    if outcome.spooled is not None:
+        outcome.spooled.remove()
     if outcome.ended:
         rt.wake_scheduler()

@@ -6,7 +6,9 @@ token is refused here, as the job's token is refused by lifecycle. Points are
 stored by (run, key, step), last write wins, in one transaction per batch; within a batch the
 later of two values for the same (key, step) is the one kept. Non-finite values and empty or
 overlong keys are dropped and counted, never stored. Hyperparameters and metadata are merged
-key by key into the run's ``run_meta`` row, which also keeps the highest step logged.
+key by key into the run's ``run_meta`` row, which also keeps the highest step logged (the
+writing itself: :mod:`starforge.server.services.metricstore`, which also stores what a job left
+in its spool when its run ends).
 
 Queries read a run the user owns (by id or prefix), one series per key in step order; a series
 longer than ``max_points`` is downsampled by keeping, per bucket of consecutive steps, its lowest
@@ -16,9 +18,7 @@ and highest value (plus the first and last point), so spikes survive and the sha
 from __future__ import annotations
 
 import hmac
-import json
-import math
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -34,18 +34,14 @@ from starforge.contract.api import (
 )
 from starforge.contract.errors import Forbidden, RunNotFound, Unauthorized, UsageError
 from starforge.contract.states import JobStatus
-from starforge.server.db.metrics import MAX_KEY_LENGTH, MetricPoint, RunMeta
-from starforge.server.db.models import Run, utcnow
+from starforge.server.db.metrics import MetricPoint, RunMeta
+from starforge.server.db.models import Run
 from starforge.server.runtime import Runtime
-from starforge.server.services import jobs, users
+from starforge.server.services import jobs, metricstore, users
 from starforge.server.services.users import token_digest
 
-MAX_POINTS_PER_BATCH = 100_000
 MAX_KEYS_PER_QUERY = 500
 DEFAULT_MAX_POINTS = 1000
-MAX_META_BYTES = 1 << 20
-
-Point = tuple[str, str, int, float, float]  # run_id, key, step, value, at
 
 
 # ---- ingest -------------------------------------------------------------------------------------
@@ -96,74 +92,13 @@ def authorize(rt: Runtime, run_id: str, token: str | None) -> None:
         authorized_run(session, run_id, token)
 
 
-def points_of(run_id: str, body: IngestRequest) -> tuple[list[Point], int]:
-    """The batch as rows, one per (key, step) with the last value given; and how many dropped."""
-    latest: dict[tuple[str, int], Point] = {}
-    dropped = 0
-    isfinite = math.isfinite
-    for entry in body.steps:
-        step, at = entry.step, entry.t
-        for key, value in entry.values.items():
-            if not key or len(key) > MAX_KEY_LENGTH or not isfinite(value):
-                dropped += 1
-                continue
-            latest[(key, step)] = (run_id, key, step, value, at)
-    return list(latest.values()), dropped
-
-
-def _upsert(session: Session, rows: list[Point]) -> None:
-    """One executemany of the driver itself: at this volume, building SQLAlchemy parameters for
-    each row would cost more than storing it."""
-    connection = session.connection()
-    dialect = connection.dialect
-    if dialect.name not in ("sqlite", "postgresql"):  # pragma: no cover
-        raise UsageError(f"metrics need SQLite or PostgreSQL, not {dialect.name}")
-    mark = "?" if dialect.paramstyle == "qmark" else "%s"
-    sql = (
-        f"INSERT INTO {MetricPoint.__tablename__} (run_id, key, step, value, at) "
-        f"VALUES ({', '.join([mark] * 5)}) "
-        "ON CONFLICT (run_id, key, step) DO UPDATE SET value = excluded.value, at = excluded.at"
-    )
-    connection.exec_driver_sql(sql, rows)
-
-
-def _merge_json(
-    current: dict[str, Any] | None, update: dict[str, Any] | None, what: str
-) -> dict[str, Any]:
-    if not update:
-        return current or {}
-    merged = {**(current or {}), **update}
-    text = json.dumps(merged, sort_keys=True, default=str)
-    if len(text) > MAX_META_BYTES:
-        raise UsageError(
-            f"the run's {what} would exceed {MAX_META_BYTES} bytes",
-            hint=f"log fewer or shorter {what}",
-        )
-    return dict(json.loads(text))
-
-
 def ingest(rt: Runtime, run_id: str, token: str | None, body: IngestRequest) -> IngestAck:
     """Store one batch from the job of ``run_id`` (which the token must belong to)."""
-    rows, dropped = points_of(run_id, body)
-    if len(rows) > MAX_POINTS_PER_BATCH:
-        raise UsageError(
-            f"a batch holds {len(rows)} points; at most {MAX_POINTS_PER_BATCH} are accepted",
-            hint="send smaller batches (starforge.report does)",
-        )
+    rows, dropped = metricstore.points_of(run_id, body)
+    metricstore.check_size(rows)
     with rt.transaction() as session:
         authorized_run(session, run_id, token)
-        if rows:
-            _upsert(session, rows)
-        meta = session.get(RunMeta, run_id)
-        if meta is None:
-            meta = RunMeta(run_id=run_id, hparams={}, meta={})
-            session.add(meta)
-        meta.hparams = _merge_json(meta.hparams, body.hparams, "hyperparameters")
-        meta.meta = _merge_json(meta.meta, body.meta, "metadata")
-        if rows:
-            top = max(r[2] for r in rows)
-            meta.last_step = top if meta.last_step is None else max(meta.last_step, top)
-        meta.updated_at = utcnow()
+        metricstore.store(session, run_id, rows, body)
     return IngestAck(stored=len(rows), dropped=dropped)
 
 
