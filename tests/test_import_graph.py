@@ -235,3 +235,18 @@ def test_the_layer_check_catches_a_runner_importing_the_server() -> None:
         "src/starforge/report/callback.py:5 imports rich (under TYPE_CHECKING)",
         "src/starforge/runner/main.py:3 imports starforge.server.storage",
     ]
+
+
+# DESIGN.md, "one writer of job status": the status writer imports nothing above the database
+# (what a change sets off is owed as a row, server/reactions.py, and done by services' handlers).
+BELOW_SERVICES = ("starforge.server.statemachine", "starforge.server.reactions")
+ABOVE = ("starforge.server.services", "starforge.server.loops", "starforge.server.api")
+
+
+def test_the_status_writer_imports_nothing_above_the_database() -> None:
+    wrong = [
+        f"{e.source} imports {e.target}"
+        for e in graph()
+        if e.source in BELOW_SERVICES and e.target.startswith(ABOVE)
+    ]
+    assert wrong == []

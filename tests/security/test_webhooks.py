@@ -28,6 +28,7 @@ from starforge.contract.auth import Role
 from starforge.contract.errors import UsageError
 from starforge.contract.labops import EndpointCreate
 from starforge.contract.states import JobStatus
+from starforge.server import reactions
 from starforge.server.db.engine import alembic_config, make_engine
 from starforge.server.db.labops import NotifyEndpoint, NotifyOutbox
 from starforge.server.db.models import Run, utcnow
@@ -321,7 +322,8 @@ def owe(rt: Runtime, user: str, count: int = 1, minutes: int = 0) -> list[str]:
         with rt.transaction() as session:
             run = session.get(Run, run_id)
             assert run is not None
-            notify.enqueue(session, run, utcnow() - timedelta(minutes=60 - minutes))
+            at = utcnow() - timedelta(minutes=60 - minutes)
+            notify.enqueue(session, run, reactions.snapshot(run, at))
         run_ids.append(run_id)
     return run_ids
 

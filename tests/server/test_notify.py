@@ -15,12 +15,14 @@ from starforge.server import statemachine
 from starforge.server.db.labops import NotifyOutbox
 from starforge.server.db.models import Run
 from starforge.server.runtime import Runtime
-from starforge.server.services import actions, notify
+from starforge.server.services import actions, notify, reactions
 
 from .factories import report, running_run, submit
 
 
 def outbox(rt: Runtime) -> list[tuple[str, str, str, dict]]:
+    """The webhook outbox once the leader's reactions pass has carried out what is owed."""
+    reactions.run_due(rt)
     with rt.transaction() as session:
         rows = session.scalars(select(NotifyOutbox).order_by(NotifyOutbox.id)).all()
         return [(o.endpoint_id, o.run_id, o.event, dict(o.payload)) for o in rows]

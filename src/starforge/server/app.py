@@ -49,6 +49,7 @@ from starforge.server.db import tables as _tables  # noqa: F401  (registers ever
 from starforge.server.executors.base import Executor
 from starforge.server.loops import leader, takeover
 from starforge.server.loops.notify import notify_loop
+from starforge.server.loops.reactions import reactions_loop
 from starforge.server.loops.reconciler import reconciler_loop
 from starforge.server.loops.scheduler import scheduler_loop
 from starforge.server.loops.sweeps import sweep_loop
@@ -84,7 +85,11 @@ async def lead_loops(rt: Runtime, wake: asyncio.Event) -> None:
             log.exception("could not finish the starts a previous leader left")
         wake.set()  # a new leader places whatever waited while no one led
         await asyncio.gather(
-            scheduler_loop(rt, wake), reconciler_loop(rt), sweep_loop(rt), notify_loop(rt)
+            scheduler_loop(rt, wake),
+            reconciler_loop(rt),
+            sweep_loop(rt),
+            notify_loop(rt),
+            reactions_loop(rt),
         )
 
     def start_loops() -> list[asyncio.Task[None]]:

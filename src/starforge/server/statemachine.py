@@ -11,6 +11,10 @@ Timestamps: ``started_at`` is the first time the run reached ``running``; ``ende
 it reaches a terminal status and cleared when ``retry`` sends it back to the queue (together with
 ``end_reason`` and ``exit_code``, which describe only the latest ending).
 
+What a change of status sets off (webhooks, an output dataset's publication) is owed in the same
+transaction, as rows of the reactions outbox (:mod:`starforge.server.reactions`), which the leader's
+handlers carry out: this module imports nothing above the database.
+
 Success of a run with further ``--then`` steps queues the next step run in the same transaction
 (:func:`start_next_step`): a step exists exactly when the success that starts it does. When a
 step ends, the training run's reason says how its pipeline stands (:func:`note_pipeline`).
@@ -49,10 +53,9 @@ from starforge.contract.states import (
     can_transition,
     next_node_state,
 )
-from starforge.server import pipeline
+from starforge.server import pipeline, reactions
 from starforge.server.db.models import Attempt, Event, Run, utcnow
 from starforge.server.db.steps import RunStep
-from starforge.server.services import notify
 
 
 def admit(session: Session, run: Run, *, reason: str, actor: str) -> None:
@@ -123,8 +126,8 @@ def transition(
         run.end_reason = end_reason.value
     event = {"run_id": run.id, "at": now, "src": src.value, "dst": dst.value}
     _record_event(session, {**event, "reason": reason, "actor": actor})
-    if dst.is_terminal:  # webhooks owed, in this same transaction (an outbox)
-        notify.enqueue(session, run, now)
+    # What the change sets off, owed in this same transaction (the leader's handlers do it).
+    reactions.record(session, run, reactions.owed(run, dst), now)
     if dst is JobStatus.SUCCEEDED:
         start_next_step(session, run)
     if dst.is_terminal:

@@ -12,12 +12,9 @@ that it exists.
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import hashlib
 import logging
-import threading
-import time
 from typing import Any, BinaryIO
 
 from sqlalchemy import or_, select
@@ -348,31 +345,3 @@ def publish_output(rt: Runtime, run_id: str) -> DatasetPushResult | None:
         files.append(FileEntry(path=found.rel, sha256=digest, size=size))
     body = DatasetPush(name=ref.name, version=ref.version, files=files)
     return push(rt, user, body)
-
-
-def publish_after(rt: Runtime, run_id: str) -> None:
-    """:func:`publish_output` in the background (hashing the output must not hold up the
-    runner's report); what happened is appended to the run's log."""
-    threading.Thread(
-        target=_publish_and_say, args=(rt, run_id), name="publish-dataset", daemon=True
-    ).start()
-
-
-def _publish_and_say(rt: Runtime, run_id: str) -> None:
-    try:
-        done = publish_output(rt, run_id)
-        line = f"published {done.ref} ({done.version.file_count} file(s))" if done else ""
-    except Exception as exc:  # a refusal (empty, a secret, ...) is the run's news, not a crash
-        line = f"could not publish --output-dataset: {getattr(exc, 'message', exc)}"
-        log.warning("run %s: %s", run_id, line)
-    if not line:
-        return
-    with rt.reading() as session:
-        run = session.get(Run, run_id)
-        if run is None:
-            return
-        run_dir = rt.storage.run_dir(run.user, run.project, run.experiment, run.id)
-        path = rt.storage.log_path(run_dir, run.current_attempt)
-    stamp = time.strftime("%H:%M:%S")
-    with contextlib.suppress(OSError), path.open("a", encoding="utf-8") as fh:
-        fh.write(f"[starforge {stamp}] {line}\n")

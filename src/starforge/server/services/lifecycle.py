@@ -36,7 +36,7 @@ from starforge.server.db.engine import read_only
 from starforge.server.db.models import Attempt, Run, utcnow
 from starforge.server.executors.base import SupportsKill
 from starforge.server.runtime import Runtime
-from starforge.server.services import asha, checkpoints, datasets, gates
+from starforge.server.services import asha, checkpoints, gates
 from starforge.server.services.spooled import take as take_spool
 from starforge.server.services.users import token_digest
 
@@ -315,11 +315,8 @@ def handle_many(
         check_run_token(run, token)
         outcomes = [apply_event(session, run, rows.attempt, ev, rt=rt) for ev in events]
         statemachine.save(session, rows)
-        publishes = bool((run.spec or {}).get("output_dataset"))
     for outcome in outcomes:
         act_on(rt, outcome)
-    if publishes and any(o.ended for o in outcomes):  # --output-dataset becomes a version
-        datasets.publish_after(rt, run_id)
     return outcomes
 
 

@@ -257,35 +257,40 @@ def delivery_log(
 # ---- the outbox ---------------------------------------------------------------------------------
 
 
-def payload(run: Run, at: datetime) -> dict[str, Any]:
+def payload(run: Run, detail: dict[str, Any]) -> dict[str, Any]:
+    """The body sent for ``run``'s change of status as ``detail`` recorded it
+    (``reactions.snapshot``: the run may have moved on since)."""
+    status = str(detail["status"])
     return {
-        "event": f"run.{run.status}",
+        "event": f"run.{status}",
         "run_id": run.id,
         "user": run.user,
         "project": run.project,
         "experiment": run.experiment,
         "method": run.method,
-        "status": run.status,
-        "end_reason": run.end_reason,
-        "exit_code": run.exit_code,
-        "attempt": run.current_attempt,
-        "at": at.isoformat(),
+        "status": status,
+        "end_reason": detail.get("end_reason"),
+        "exit_code": detail.get("exit_code"),
+        "attempt": detail.get("attempt"),
+        "at": detail["at"],
     }
 
 
-def enqueue(session: Session, run: Run, at: datetime) -> None:
-    """Owe every endpoint that follows this run's new (terminal) status its payload, in the
-    caller's transaction (the status change's)."""
+def enqueue(session: Session, run: Run, detail: dict[str, Any]) -> None:
+    """Owe every endpoint that follows the (terminal) status ``detail`` records its payload, in
+    the caller's transaction (the ``notify`` reaction's, which marks itself done in it)."""
+    status = str(detail["status"])
+    at = datetime.fromisoformat(str(detail["at"]))
     endpoints = session.scalars(select(NotifyEndpoint).where(NotifyEndpoint.user == run.user)).all()
     for ep in endpoints:
-        if run.status not in ep.events or (ep.project and ep.project != run.project):
+        if status not in ep.events or (ep.project and ep.project != run.project):
             continue
         session.add(
             NotifyOutbox(
                 endpoint_id=ep.id,
                 run_id=run.id,
-                event=run.status,
-                payload=payload(run, at),
+                event=status,
+                payload=payload(run, detail),
                 created_at=at,
                 next_at=at,
             )

@@ -1,0 +1,28 @@
+"""The reactions loop: carries out what status changes set off (``services/reactions``), in the
+leading process only, beside the scheduler and the reconciler.
+
+It polls every :data:`TICK_S` (an owed reaction waits at most that long) and runs the handlers in a
+worker thread, so hashing an output dataset never holds up the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from starforge.server.runtime import Runtime
+from starforge.server.services import reactions
+
+log = logging.getLogger(__name__)
+TICK_S = 0.5
+
+
+async def reactions_loop(rt: Runtime) -> None:
+    while True:
+        try:
+            await asyncio.to_thread(reactions.run_due, rt)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bad pass must not end the reactions for good
+            log.exception("reactions pass failed")
+        await asyncio.sleep(TICK_S)
