@@ -47,6 +47,7 @@ from starforge.contract.layout import UNPACKED_MARKER, RunLayout
 from starforge.contract.packs import read_extents
 from starforge.contract.states import EndReason
 from starforge.runner import container, datasets, jobfork, jobuser, ranks, slurm, stage, uids
+from starforge.runner import pull as image_pull
 from starforge.runner import secrets as job_secrets
 from starforge.runner.preflight import check_packages
 from starforge.runner.report import Reporter, client_for, write_exit_record, write_runner_record
@@ -331,6 +332,7 @@ class Runner:
             self.launcher = plan.launcher
             as_user = self._hand_over(plan)
             self._take_secrets(spec, plan)
+            self._pull_image()
         except (StarForgeError, OSError, ValueError) as exc:
             message = exc.message if isinstance(exc, StarForgeError) else str(exc)
             self.say(f"startup failed: {message}")
@@ -445,6 +447,18 @@ class Runner:
         # token reaches podman through its environment, never its argv (see container.py).
         env = {**self._base_env(), **container.podman_env(spec)}
         return container.podman_argv(spec), plan.cwd, env, {}
+
+    def _pull_image(self) -> None:
+        """The run's image, pulled with its registry's login before its container starts
+        (runner/pull.py); nothing without an image, a container runtime or a server to ask."""
+        b = self.binding
+        if not (b.image and b.containers == "podman" and self.reporter.url):
+            return
+        try:
+            image_pull.pull(b, self.reporter.url, self.say)
+        except RunnerError:
+            if not self.terminating:  # a stop that cut the pull short is the stop's end
+                raise
 
     def _container_end(self, code: int) -> EndReason | None:
         """Why the container ended, when it was not the job's own exit; removes it."""
