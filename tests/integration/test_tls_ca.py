@@ -30,6 +30,7 @@ from starforge.project import experiments
 from starforge.project.lab import Lab
 from tests.conftest import Result, commit_all
 from tests.integration.conftest import stop_every_run, wait_for
+from tests.tls_certs import LabCA, make_lab_ca
 
 pytestmark = [
     pytest.mark.integration,
@@ -51,39 +52,15 @@ PY
 
 
 @dataclass(frozen=True)
-class LabCA:
-    ca: Path  # the CA's certificate: what clients are given
-    cert: Path  # the server's certificate, signed by the CA, for 127.0.0.1
-    key: Path
-
-
-@dataclass(frozen=True)
 class Served:
     url: str
     token: str
     home: Path
 
 
-def openssl(*args: str | Path) -> None:
-    subprocess.run(["openssl", *map(str, args)], check=True, capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def lab_ca(tmp_path_factory: pytest.TempPathFactory) -> LabCA:
-    folder = tmp_path_factory.mktemp("lab-ca")
-    ca, ca_key = folder / "ca.pem", folder / "ca.key"
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-            "-subj", "/CN=StarForge test lab CA", "-keyout", ca_key, "-out", ca,
-            "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign,cRLSign")  # fmt: skip
-    cert, key, csr = folder / "cert.pem", folder / "key.pem", folder / "server.csr"
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
-            "-keyout", key, "-out", csr)  # fmt: skip
-    ext = folder / "server.ext"
-    ext.write_text("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n")
-    openssl("x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial",
-            "-days", "1", "-out", cert, "-extfile", ext)  # fmt: skip
-    return LabCA(ca=ca, cert=cert, key=key)
+    return make_lab_ca(tmp_path_factory.mktemp("lab-ca"))
 
 
 @contextmanager

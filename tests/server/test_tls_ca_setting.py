@@ -4,7 +4,6 @@ handed to every runner in its binding and to its job as ``STARFORGE_CA_FILE``.""
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,22 +14,13 @@ from starforge.contract.env import job_env
 from starforge.contract.layout import RunLayout
 from starforge.server.settings import load_settings
 from tests.contract.test_env import binding, spec
+from tests.tls_certs import make_lab_ca
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")
 
 
-def make_ca(folder: Path) -> Path:
-    ca = folder / "ca.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=test CA", "-keyout", str(folder / "ca.key"), "-out", str(ca)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    return ca
-
-
 def test_the_ca_file_in_server_yaml_is_what_bindings_carry(tmp_path: Path) -> None:
-    ca = make_ca(tmp_path)
+    ca = make_lab_ca(tmp_path).ca
     (tmp_path / "server.yaml").write_text(yaml.safe_dump({"tls_ca_file": str(ca)}))
     settings = load_settings(tmp_path)
     assert settings.tls_ca_file == ca.resolve()
