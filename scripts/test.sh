@@ -28,10 +28,10 @@ bash scripts/podman.sh install
 # --- end podman
 # --- PostgreSQL: a throwaway cluster (scripts/postgres.sh) for tests/postgres, and for a second
 # pass of the server and integration tests on PostgreSQL after the whole suite on SQLite. Started
-# here and stopped on exit unless it was already running. Under CI a PostgreSQL test fails, never
-# skips, when the cluster cannot be reached.
+# here and deleted on exit (destroy) unless it was already running. Under CI a PostgreSQL test
+# fails, never skips, when the cluster cannot be reached.
 pg_started_here=0
-stop_postgres() { if [[ $pg_started_here -eq 1 ]]; then bash scripts/postgres.sh stop; fi; }
+stop_postgres() { if [[ $pg_started_here -eq 1 ]]; then bash scripts/postgres.sh destroy; fi; }
 pg_previous_trap=$(trap -p EXIT | sed -E "s/^trap -- '(.*)' EXIT$/\1/")
 trap "stop_postgres; ${pg_previous_trap}" EXIT
 if ! bash scripts/postgres.sh url >/dev/null 2>&1; then
