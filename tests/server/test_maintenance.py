@@ -38,7 +38,11 @@ def test_drain_pauses_what_can_resume_reports_the_blocker_and_resume_requeues_in
     assert drained.active and drained.paused == [first, second]
     assert drained.pausing == [first, second]  # still saving their checkpoints
     assert [(b.run_id, b.why) for b in drained.blockers] == [
-        (blocker, "no checkpoint yet: pausing it would restart its training from the beginning")
+        (
+            blocker,
+            "no checkpoint yet: pausing it would restart its training from the beginning; "
+            "the drain pauses it once it saves one",
+        )
     ]
     assert not drained.safe_to_restart
     assert run_row(rt, blocker).status == JobStatus.RUNNING  # never paused or killed
@@ -71,3 +75,27 @@ def test_resume_without_a_drain_changes_nothing(rt: Runtime, admin: users.Caller
     run_id = submit(rt, "bob", profiles=["h100:1"]).run_id
     assert not maintenance.resume(rt, admin).active
     assert schedule(rt) == [run_id]
+
+
+def test_a_blocker_that_saves_a_checkpoint_is_paused_by_the_next_pass_and_resumed_after(
+    rt: Runtime, admin: users.Caller
+) -> None:
+    blocker = running_run(rt, user="bob", profiles=["h100:8"])
+    assert maintenance.drain(rt, admin, "kernel").paused == []
+    assert maintenance.pause_resumable(rt) == []  # still nothing to resume from
+    with_checkpoint(rt, blocker)  # it saves one after the drain began
+    assert maintenance.pause_resumable(rt) == [blocker]  # the reconciler's next tick
+    assert maintenance.pause_resumable(rt) == []  # once
+    status = maintenance.status(rt, admin)
+    assert (status.paused, status.pausing, status.blockers) == ([blocker], [blocker], [])
+    report(rt, blocker, "exited", exit_code=143)
+    assert maintenance.status(rt, admin).safe_to_restart
+    maintenance.resume(rt, admin)
+    assert schedule(rt) == [blocker]
+
+
+def test_no_drain_pauses_nothing(rt: Runtime) -> None:
+    run_id = running_run(rt, user="bob", profiles=["h100:8"])
+    with_checkpoint(rt, run_id)
+    assert maintenance.pause_resumable(rt) == []
+    assert run_row(rt, run_id).status == JobStatus.RUNNING

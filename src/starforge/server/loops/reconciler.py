@@ -13,7 +13,7 @@ import asyncio
 import logging
 
 from starforge.server.runtime import Runtime
-from starforge.server.services import lifecycle, reconcile
+from starforge.server.services import lifecycle, maintenance, reconcile
 
 log = logging.getLogger(__name__)
 TICK_S = 1.0
@@ -22,6 +22,7 @@ TICK_S = 1.0
 def run_tick(rt: Runtime) -> None:
     with rt.loop_lock:
         reconcile.reconcile(rt)
+    maintenance.pause_resumable(rt)  # a drain's runs that can resume now
 
 
 async def reconciler_loop(rt: Runtime) -> None:

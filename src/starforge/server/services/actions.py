@@ -111,10 +111,16 @@ def stop(rt: Runtime, user: str, ref: str) -> ActionResult:
     return _act(rt, user, ref, "stop", STOPPABLE, decide, rt.settings.stop_grace_s)
 
 
-def pause(rt: Runtime, user: str, ref: str) -> ActionResult:
-    """Pause a run: its training checkpoints and exits, its GPUs are released; resume continues."""
+def pause(
+    rt: Runtime, user: str, ref: str, *, also: Callable[[Session, Run], None] | None = None
+) -> ActionResult:
+    """Pause a run: its training checkpoints and exits, its GPUs are released; resume continues.
+    ``also`` writes what the caller records of the pause (a drain's list) in its transaction, so
+    the pause and that record exist together or not at all."""
 
     def decide(session: Session, run: Run) -> tuple[str, list[str]]:
+        if also is not None:
+            also(session, run)
         if S(run.status) is S.QUEUED:
             statemachine.transition(
                 session,
@@ -135,7 +141,7 @@ def pause(rt: Runtime, user: str, ref: str) -> ActionResult:
 def _start_point(rt: Runtime, run: Run) -> str:
     if run.current_attempt == 0:
         return "it starts from the beginning"
-    out_dir = rt.storage.run_dir(run.user, run.project, run.experiment, run.id) / "out"
+    out_dir = rt.storage.layout_of(run).out
     latest = checkpoints.latest(out_dir)
     if latest is None:
         return "no checkpoint yet: it starts from the beginning"

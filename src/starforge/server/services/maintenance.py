@@ -7,8 +7,11 @@ pause path (:func:`starforge.server.services.actions.pause`: SIGTERM, the traini
 checkpoint and exits). A run *can resume* when its output already holds a checkpoint
 (:func:`starforge.server.services.checkpoints.latest`): pausing it loses at most the steps since
 then, and the pause itself usually writes a newer one. A run with no checkpoint is a *blocker*: it
-is left running (pausing it would restart it from nothing), and the drain says so; it is safe to
-restart the machines once nothing is pausing and no blocker is left.
+is left running (pausing it would restart it from nothing), and the drain says so, until it saves
+one: while the drain is on, the leader's reconciler pauses every run that can resume and is not
+paused yet (:func:`pause_resumable`, each tick). It is safe to restart the machines once nothing
+is pausing and no blocker is left. The drain's record of a run it paused is written in the pause's
+own transaction, so a crash never leaves a paused run that ``resume`` would not bring back.
 
 ``resume`` turns the flag off and requeues the runs the drain paused, in the order it paused
 them; pausing and resuming never change a run's priority or submission time, which are the
@@ -20,6 +23,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from starforge.contract.auth import Role
 from starforge.contract.labops import Blocker, MaintenanceStatus
 from starforge.contract.states import JobStatus
 from starforge.server.db.labops import Maintenance, MaintenancePaused
@@ -42,7 +46,7 @@ def _row(session: Session) -> Maintenance:
 
 def _no_checkpoint(rt: Runtime, run: Run) -> str | None:
     """Why ``run`` cannot resume from a checkpoint, or None when it can."""
-    out = rt.storage.run_dir(run.user, run.project, run.experiment, run.id) / "out"
+    out = rt.storage.layout_of(run).out
     if checkpoints.latest(out) is None:
         return "no checkpoint yet: pausing it would restart its training from the beginning"
     return None
@@ -56,22 +60,40 @@ def drain(rt: Runtime, admin: users.Caller, note: str) -> MaintenanceStatus:
         if not row.active:
             row.active, row.started_by, row.started_at = True, str(admin), utcnow()
         row.note = note or row.note
+    pause_resumable(rt)
+    rt.wake_scheduler()
+    return status(rt, admin)
+
+
+def pause_resumable(rt: Runtime) -> list[str]:
+    """While a drain is on, pause each running run that can resume and is not paused by it yet
+    (the leader's reconciler calls this every tick, so a run that had no checkpoint when the drain
+    began is paused as soon as it saves one); return the runs paused."""
+    with rt.reading() as session:
+        row = session.get(Maintenance, 1)
+        if row is None or not row.active:
+            return []
+        # The drain pauses as the admin who started it (its events name them).
+        actor = users.Caller(row.started_by or "maintenance", Role.ADMIN)
         runs = session.scalars(
-            select(Run).where(Run.status.in_(_RUNNING)).order_by(Run.created_at, Run.id)
+            select(Run)
+            .where(Run.status.in_(_RUNNING), Run.id.not_in(select(MaintenancePaused.run_id)))
+            .order_by(Run.created_at, Run.id)
         ).all()
         resumable = [r.id for r in runs if _no_checkpoint(rt, r) is None]
         seq = max(session.scalars(select(MaintenancePaused.seq)).all(), default=0)
+    paused = []
     for run_id in resumable:
-        result = actions.pause(rt, admin, run_id)
-        if not result.accepted:  # it ended meanwhile: nothing to bring back
-            continue
         seq += 1
-        with rt.transaction() as session:
-            run = session.get(Run, run_id)
-            priority = run.priority if run is not None else 0
-            session.merge(MaintenancePaused(run_id=run_id, seq=seq, priority=priority))
-    rt.wake_scheduler()
-    return status(rt, admin)
+
+        def record(session: Session, run: Run, seq: int = seq) -> None:
+            # In the pause's own transaction: a crash never leaves a paused run that resume
+            # would not bring back (nor a record of a pause that never happened).
+            session.merge(MaintenancePaused(run_id=run.id, seq=seq, priority=run.priority))
+
+        if actions.pause(rt, actor, run_id, also=record).accepted:  # else it ended meanwhile
+            paused.append(run_id)
+    return paused
 
 
 def status(rt: Runtime, admin: users.Caller) -> MaintenanceStatus:
@@ -119,7 +141,10 @@ def status(rt: Runtime, admin: users.Caller) -> MaintenanceStatus:
 def _why_blocks(rt: Runtime, run: Run) -> str:
     if run.status in (S.STOPPING.value, S.PAUSING.value):
         return f"{run.status}: it still holds its GPUs"
-    return _no_checkpoint(rt, run) or "started after the drain began; drain again to pause it"
+    why = _no_checkpoint(rt, run)
+    if why:
+        return f"{why}; the drain pauses it once it saves one"
+    return "it can resume now: the drain pauses it within a second"
 
 
 def resume(rt: Runtime, admin: users.Caller) -> MaintenanceStatus:
