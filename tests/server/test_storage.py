@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from starforge.contract.errors import BlobDigestMismatch, InvalidName
+from starforge.server.db.models import Run
 from starforge.server.storage import Storage
 
 
@@ -76,6 +77,17 @@ def test_run_dirs_logs_bindings_and_exit_records_follow_the_layout(tmp_path: Pat
     assert store.log_path(run_dir, 2, 1).name == "attempt-2.node-1.log"
     assert store.binding_path(run_dir, 1, 0).name == "attempt-1.node-0.binding.json"
     assert store.exit_record_path(run_dir, 1, 3).name == "attempt-1.node-3.exit.json"
+
+
+def test_a_runs_files_are_named_by_its_row(tmp_path: Path) -> None:
+    run = Run(id="r-0123456789", user="alice", project="proj", experiment="exp")
+    layout = Storage(tmp_path).layout_of(run)
+    assert layout.dir == tmp_path / "runs" / "alice" / "proj" / "exp" / "r-0123456789"
+    assert layout.out == layout.dir / "out"
+    with pytest.raises(InvalidName):
+        Storage(tmp_path).layout_of(
+            Run(id="r-0123456789", user="alice", project="..", experiment="e")
+        )
 
 
 def test_a_run_dir_name_cannot_escape_the_root(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from rich.markup import escape
 
 from starforge.cli.output import out
 from starforge.contract.errors import UsageError
+from starforge.contract.layout import RunLayout
 
 Flag = typer.Option
 RUN_REF = re.compile(r"run/(r-[A-Za-z0-9_-]{1,30}|[A-Za-z0-9_-]{1,30})")
@@ -86,7 +87,7 @@ def run_model_folder(run_id: str) -> str:
     with connect() as client:
         view = client.get_run(run_id)
     for name in HF_FOLDERS:
-        folder = Path(view.run_dir) / "out" / name
+        folder = RunLayout(Path(view.run_dir)).out / name
         if (folder / "config.json").is_file():
             return str(folder)
     raise UsageError(

@@ -36,7 +36,8 @@ CONTROL_PLANE_FILE = "control-plane.json"
 UNPACKED_MARKER = ".starforge-unpacked.json"
 REPORT_SPOOL = ".starforge/report-spool"  # under a run's out dir (the job writes only there)
 CA_FILE = ".starforge/ca.pem"  # under a run's out dir: where its container and its uid read it
-RUN_SUBDIRS = ("work", "out", "logs", "state")
+WORK, OUT, LOGS, STATE = "work", "out", "logs", "state"  # a run's folders, under its directory
+RUN_SUBDIRS = (WORK, OUT, LOGS, STATE)
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ class RunLayout:
 
     @property
     def work(self) -> Path:
-        return self.dir / "work"
+        return self.dir / WORK
 
     @property
     def unpacked_marker(self) -> Path:
@@ -93,7 +94,7 @@ class RunLayout:
 
     @property
     def out(self) -> Path:
-        return self.dir / "out"
+        return self.dir / OUT
 
     @property
     def report_spool(self) -> Path:
@@ -106,11 +107,11 @@ class RunLayout:
 
     @property
     def logs(self) -> Path:
-        return self.dir / "logs"
+        return self.dir / LOGS
 
     @property
     def state(self) -> Path:
-        return self.dir / "state"
+        return self.dir / STATE
 
     @property
     def subdirs(self) -> tuple[Path, ...]:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from starforge.contract.errors import RunnerError
+from starforge.contract.layout import RunLayout
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ def hand_over(
     only) and keep the run's ``state`` folder to the runner. ``walled`` (a per-run uid): the
     run's folders, and its member's folder of runs, are closed to everyone but the run's uid and
     its member's group (the member's later runs read its outputs: lineage)."""
-    state = run_dir / "state"
+    state = RunLayout(run_dir).state
     state.mkdir(parents=True, exist_ok=True)
     os.chmod(state, 0o700)  # the runner's token and records: not the job's to read
     if walled:

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from starforge.contract.errors import RunnerError
+from starforge.contract.layout import RunLayout
 
 FOLDER = "uids"
 
@@ -119,7 +120,8 @@ def _reclaim(held: dict[str, object] | None) -> None:
     if isinstance(run_dir, str) and isinstance(gid, int):
         from starforge.runner import jobuser
 
-        folders = [Path(run_dir) / "work", Path(run_dir) / "out"]
+        layout = RunLayout(Path(run_dir))
+        folders = [layout.work, layout.out]
         jobuser.take_back([f for f in folders if f.exists()], gid)
 
 

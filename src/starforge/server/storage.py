@@ -33,7 +33,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 from starforge.contract.datasets import resolved_of
 from starforge.contract.errors import BlobDigestMismatch, BodyTooLarge, InvalidName
@@ -43,6 +43,19 @@ from starforge.contract.names import is_sha256
 from starforge.contract.packs import Extent, open_extent
 
 Locate = Callable[[list[str]], dict[str, Extent]]
+
+
+class RunNames(Protocol):
+    """What names a run's folder (a ``db.models.Run`` row, or anything with these names)."""
+
+    @property
+    def user(self) -> str: ...
+    @property
+    def project(self) -> str: ...
+    @property
+    def experiment(self) -> str: ...
+    @property
+    def id(self) -> str: ...
 
 
 def _check_digest(digest: str) -> str:
@@ -288,6 +301,10 @@ class Storage:
 
     def run_dir(self, user: str, project: str, experiment: str, run_id: str) -> Path:
         return self.run_layout(user, project, experiment, run_id).dir
+
+    def layout_of(self, run: RunNames) -> RunLayout:
+        """The files of ``run`` (its folder, ``out``, ``logs``, ...), named by its row."""
+        return self.run_layout(run.user, run.project, run.experiment, run.id)
 
     def make_run_dir(self, run_dir: Path) -> None:
         for sub in RunLayout(run_dir).subdirs:

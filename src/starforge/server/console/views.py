@@ -18,7 +18,6 @@ def artifacts(rt: Runtime, user: str, ref: str) -> ArtifactList:
     with rt.transaction() as session:
         run = jobs.resolve(session, user, ref)
         run_id = run.id
-        run_dir = rt.storage.run_dir(run.user, run.project, run.experiment, run.id)
-    root = run_dir / out_files.OUT
-    files, truncated = out_files.listing(run_dir)
-    return ArtifactList(run_id=run_id, root=str(root), files=files, truncated=truncated)
+        layout = rt.storage.layout_of(run)
+    files, truncated = out_files.listing(layout.dir)
+    return ArtifactList(run_id=run_id, root=str(layout.out), files=files, truncated=truncated)

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import BinaryIO
 
 from starforge.contract.api import ArtifactEntry
+from starforge.contract.layout import OUT
 
 MAX_ARTIFACTS = 500
-OUT = "out"  # the run's output folder, under its run folder (contract.layout.RunLayout.out)
 
 
 @dataclass(frozen=True)

@@ -333,7 +333,7 @@ def publish_output(rt: Runtime, run_id: str) -> DatasetPushResult | None:
             return None
         spec = JobSpec.read(run.spec)
         user = run.user
-        run_dir = rt.storage.run_dir(run.user, run.project, run.experiment, run.id)
+        run_dir = rt.storage.layout_of(run).dir
     if not spec.output_dataset:
         return None
     ref = parse_ref(spec.output_dataset, "--output-dataset")

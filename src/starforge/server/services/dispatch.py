@@ -31,6 +31,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from starforge.contract.env import make_binding
+from starforge.contract.layout import RunLayout
 from starforge.contract.nodes import NodeRecord
 from starforge.contract.profiles import Pool
 from starforge.contract.states import ACTIVE, JobStatus, NodeEvent, NodeState
@@ -85,7 +86,7 @@ def held_gpus(session: Session) -> list[tuple[str, tuple[int, ...]]]:
 
 
 def run_dir_of(rt: Runtime, run: Run) -> Path:
-    return rt.storage.run_dir(run.user, run.project, run.experiment, run.id)
+    return rt.storage.layout_of(run).dir
 
 
 # ---- scheduling -------------------------------------------------------------------------------
@@ -175,7 +176,7 @@ def place_run(
     )
     statemachine.place_nodes(attempt, {s.rank: NodeRecord(node=s.node, pool=s.pool) for s in slots})
     # A resumed, retried or auto-retried run continues from its latest checkpoint.
-    latest = checkpoints.latest(run_dir / "out") if number > 1 else None
+    latest = checkpoints.latest(RunLayout(run_dir).out) if number > 1 else None
     attempt.resumed_from = str(latest.path) if latest else None
     # The packed blobs' extents are read in this transaction, not in one of their own.
     storage = Storage(rt.storage.root, locate=lambda digests: packs.locate(session, digests))

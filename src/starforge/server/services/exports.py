@@ -41,7 +41,7 @@ def _exportable(rt: Runtime, run: Run, step: int | None) -> JobSpec:
             f"method {run.method} of run {run.id} declares no export",
             hint=f"`sf methods {run.method}` lists what it can do",
         )
-    out = rt.storage.run_dir(run.user, run.project, run.experiment, run.id) / "out"
+    out = rt.storage.layout_of(run).out
     found = checkpoints.all_checkpoints(out / "checkpoints")
     if not any(step is None or c.step == step for c in found):
         have = ", ".join(str(c.step) for c in found) or "none yet"

@@ -48,7 +48,7 @@ def view_of(rt: Runtime, run: Run, eval_run_id: str) -> GateView | None:
         return None
     if gate is None:
         return None
-    out = rt.storage.run_dir(run.user, run.project, run.experiment, eval_run_id) / "out"
+    out = rt.storage.run_layout(run.user, run.project, run.experiment, eval_run_id).out
     verdict = _report(out / EVAL_REPORT).get("gate")
     verdict = verdict if isinstance(verdict, dict) else {}
     value = verdict.get("value")

@@ -297,7 +297,7 @@ def stored_spec(run: Run) -> tuple[dict[str, Any], JobSpec | None]:
 def view(rt: Runtime, run: Run, *, full: bool = True) -> RunView:
     data, spec = stored_spec(run)
     provenance = data.get("provenance") or {}
-    run_dir = rt.storage.run_dir(run.user, run.project, run.experiment, run.id)
+    run_dir = rt.storage.layout_of(run).dir
     return RunView(
         run_id=run.id,
         user=run.user,

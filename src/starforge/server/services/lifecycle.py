@@ -190,7 +190,7 @@ def judge_retry(rt: Runtime, run: Run, decision: Decision) -> RetryVerdict | Non
     if run.auto_retries >= limit:
         used = f"{run.auto_retries} of {limit}" if limit else "none allowed"
         return RetryVerdict(False, f"; not retried: auto-retries used up ({used})")
-    out_dir = rt.storage.run_dir(run.user, run.project, run.experiment, run.id) / "out"
+    out_dir = rt.storage.layout_of(run).out
     latest = checkpoints.latest(out_dir)
     if latest is None and policy.require_checkpoint:
         return RetryVerdict(False, "; not retried: no checkpoint to resume from yet")
@@ -227,7 +227,7 @@ def finish_attempt(
     if decision.status is JobStatus.PAUSED and run.reason.startswith(asha.HOLD_PREFIX):
         reason = run.reason  # a sweep's hold keeps saying which rung it waits at
     if rt is not None and decision.status is JobStatus.PAUSED:
-        out_dir = rt.storage.run_dir(run.user, run.project, run.experiment, run.id) / "out"
+        out_dir = rt.storage.layout_of(run).out
         kept = checkpoints.latest(out_dir)
         reason += f"; latest checkpoint {kept.name} (step {kept.step})" if kept else ""
     statemachine.transition(

@@ -38,7 +38,7 @@ def _reject(init: InitFrom, what: str, hint: str, **details: Any) -> Rejected:
 
 
 def _out(rt: Runtime, run: Run) -> Path:
-    return rt.storage.run_layout(run.user, run.project, run.experiment, run.id).out
+    return rt.storage.layout_of(run).out
 
 
 def _step_of(run: Run) -> dict[str, Any]:

@@ -157,7 +157,7 @@ def _requeue_paused(rt: Runtime, session: Session) -> int:
             continue  # it failed, or a user stopped or resumed it meanwhile
         if run.current is not None:  # the attempt ended because it was preempted
             run.current.end_reason = EndReason.PREEMPTED.value
-        out_dir = dispatch.run_dir_of(rt, run) / "out"
+        out_dir = rt.storage.layout_of(run).out
         latest = checkpoints.latest(out_dir)
         start = (
             f"it continues from {latest.name} (step {latest.step})" if latest else "no checkpoint"
@@ -217,7 +217,7 @@ def _snapshot(rt: Runtime, session: Session) -> tuple[list[Waiting], list[Holder
             tuple((str(s["node"]), tuple(s["gpus"])) for s in attempt.allocation),
             # Only a possible victim pays for a look at its checkpoints.
             resumable=run.priority < top
-            and checkpoints.latest(dispatch.run_dir_of(rt, run) / "out") is not None,
+            and checkpoints.latest(rt.storage.layout_of(run).out) is not None,
             started_at=attempt.started_at,
             preempted_at=latest.get(run.id),
         )

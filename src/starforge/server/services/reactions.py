@@ -158,8 +158,7 @@ def _say(rt: Runtime, run_id: str, line: str) -> None:
         run = session.get(Run, run_id)
         if run is None:
             return
-        run_dir = rt.storage.run_dir(run.user, run.project, run.experiment, run.id)
-        path = rt.storage.log_path(run_dir, run.current_attempt)
+        path = rt.storage.layout_of(run).log(run.current_attempt)
     stamp = time.strftime("%H:%M:%S")
     with contextlib.suppress(OSError), path.open("a", encoding="utf-8") as fh:
         fh.write(f"[starforge {stamp}] {line}\n")

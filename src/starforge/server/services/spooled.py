@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 def take(rt: Runtime, session: Session, run: Run) -> spoolfiles.Taken | None:
     """Store the bodies the run's job left in its spool; the files to remove after the commit."""
-    out_dir = rt.storage.run_dir(run.user, run.project, run.experiment, run.id) / "out"
+    out_dir = rt.storage.layout_of(run).out
     try:
         files = spoolfiles.read(out_dir)
     except OSError as exc:  # a folder this server may not read (a member's own, on Slurm)

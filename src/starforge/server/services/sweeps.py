@@ -45,7 +45,6 @@ from starforge.server.services import (
     asha,
     blobs,
     checkpoints,
-    dispatch,
     jobs,
     quotas,
     users,
@@ -355,7 +354,7 @@ def _judge(rt: Runtime, session: Session, sweep: Sweep, rule: EarlyStop) -> _Pla
         if gone or JobStatus(run.status) is not JobStatus.PAUSED or not _held_by(run, actor):
             continue
         rung = max(variant.values, default=rule.rungs[0])
-        latest = checkpoints.latest(dispatch.run_dir_of(rt, run) / "out")
+        latest = checkpoints.latest(rt.storage.layout_of(run).out)
         start = (
             f"it continues from {latest.name} (step {latest.step})" if latest else "from the start"
         )
