@@ -24,6 +24,7 @@ from pydantic.json_schema import models_json_schema
 
 from starforge import __version__
 from starforge.contract.api import API_PREFIX
+from starforge.server import fence
 from starforge.server.api import (
     auth,
     blobs,
@@ -75,6 +76,9 @@ async def lead_loops(rt: Runtime, wake: asyncio.Event) -> None:
     """Run the scheduler and reconciler whenever this process leads."""
 
     async def leading() -> None:
+        # A new term: every pass of these loops (their tasks and worker threads inherit this
+        # context) is fenced by it, so a pass still running once another leads commits nothing.
+        fence.TERM.set(await asyncio.to_thread(fence.begin_term, rt.engine))
         try:  # runners a dead leader launched report to this process from now on
             await asyncio.to_thread(run_lifecycle.publish_beacon, rt)
         except OSError:

@@ -23,6 +23,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from starforge.contract.packs import Extent
+from starforge.server import fence
 from starforge.server.db import packs
 from starforge.server.db.engine import make_engine, make_sessions, migrate, read_only
 from starforge.server.db.models import utcnow
@@ -71,8 +72,12 @@ class Runtime:
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:
-        """A session inside one transaction: committed on success, rolled back on error."""
+        """A session inside one transaction: committed on success, rolled back on error. In a
+        pass of the leader's loops, first fenced by its term (:mod:`starforge.server.fence`)."""
         with self.sessions.begin() as session:
+            term = fence.TERM.get()
+            if term is not None:
+                fence.check(session, term)
             yield session
 
     @contextmanager
