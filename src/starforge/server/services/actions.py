@@ -132,10 +132,18 @@ def pause(
             )
             return f"run {run.id} paused (it had not started)", []
         reason = "pause requested by user: the training saves a checkpoint and exits"
-        statemachine.transition(session, run, S.PAUSING, reason=reason, actor=user)
-        return f"run {run.id} is pausing (saving a checkpoint)", live_refs(run.current)
+        refs = begin_pause(session, run, reason=reason, actor=user)
+        return f"run {run.id} is pausing (saving a checkpoint)", refs
 
     return _act(rt, user, ref, "pause", PAUSABLE, decide, rt.settings.pause_grace_s)
+
+
+def begin_pause(session: Session, run: Run, *, reason: str, actor: str) -> list[str]:
+    """Move an active run to ``pausing`` in the caller's transaction (``sf job pause``, a drain,
+    a preemption); return the nodes to signal once it committed (SIGTERM: the training saves a
+    checkpoint and exits)."""
+    statemachine.transition(session, run, S.PAUSING, reason=reason, actor=actor)
+    return live_refs(run.current)
 
 
 def _start_point(rt: Runtime, run: Run) -> str:

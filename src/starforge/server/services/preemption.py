@@ -265,11 +265,8 @@ def preempt_pass(rt: Runtime) -> list[Preempt]:
                 f"{actor_of(p)}: it needs the GPUs; the training saves a checkpoint, "
                 "then the run waits in the queue and resumes from it"
             )
-            statemachine.transition(
-                session, run, JobStatus.PAUSING, reason=reason, actor=actor_of(p)
-            )
+            refs += actions.begin_pause(session, run, reason=reason, actor=actor_of(p))
             session.add(Preemption(run_id=run.id, by_run=p.by, by_priority=p.by_priority))
-            refs += actions.live_refs(run.current)
             done.append(p)
     for ref in refs:  # after commit: the decision is saved before it is acted on
         rt.executor.stop(ref, rt.settings.pause_grace_s)
