@@ -82,3 +82,33 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp(
         write_json_atomic(path, {"v": 2})
     assert json.loads(path.read_text()) == {"v": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["x.json"]
+
+
+def test_a_file_that_can_be_made_again_is_replaced_whole_without_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "cache.json"
+    write_json_atomic(path, {"v": 1}, durable=False)
+
+    def no_fsync(fd: int) -> None:
+        raise AssertionError("a file that can be made again is not fsynced")
+
+    monkeypatch.setattr(os, "fsync", no_fsync)
+    write_json_atomic(path, {"v": 2}, mode=0o600, durable=False)
+    assert json.loads(path.read_text()) == {"v": 2}
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == ["cache.json"]
+
+
+def test_a_create_only_write_never_overwrites_a_file_another_writer_made(tmp_path: Path) -> None:
+    path = tmp_path / "exit.json"
+    write_json_atomic(path, {"by": "runner"})
+    with pytest.raises(FileExistsError):
+        write_json_atomic(path, {"by": "server"}, replace=False)
+    assert json.loads(path.read_text()) == {"by": "runner"}
+    assert [p.name for p in tmp_path.iterdir()] == ["exit.json"]
+    fresh = tmp_path / "fresh.json"
+    write_json_atomic(fresh, {"by": "server"}, mode=0o600, replace=False)
+    assert json.loads(fresh.read_text()) == {"by": "server"}
+    assert stat.S_IMODE(fresh.stat().st_mode) == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exit.json", "fresh.json"]

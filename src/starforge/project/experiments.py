@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from starforge.catalog.loader import Method, get_method
 from starforge.catalog.locks import new_lock
+from starforge.contract.atomic import write_json_atomic
 from starforge.contract.config import compose
 from starforge.contract.errors import ExperimentExists, ExperimentNotFound, ProjectError
 from starforge.contract.jobspec import MethodRef
@@ -80,9 +81,7 @@ def load_experiment(lab: Lab, name: str) -> Experiment:
 
 def write_lock(folder: Path, ref: MethodRef) -> None:
     body = {"method": ref.model_dump(mode="json")}
-    tmp = folder / (LOCK_FILE + ".tmp")
-    tmp.write_text(json.dumps(body, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, folder / LOCK_FILE)
+    write_json_atomic(folder / LOCK_FILE, body, durable=False)
 
 
 def lab_reader(root: Path) -> Callable[[str], str | None]:

@@ -19,12 +19,12 @@ import contextlib
 import hashlib
 import json
 import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from starforge.contract import sensitive
+from starforge.contract.atomic import write_bytes_atomic
 from starforge.contract.names import is_sha256
 
 # Coarser than every file system's timestamps we meet (FAT's 2 s, NFS's 1 s, ext4's tick).
@@ -120,17 +120,9 @@ class HashCache:
             self.entries = {k: v for k, v in self.entries.items() if k in keep}
         body = {"format": _FORMAT, "rules": self.rules, "entries": self.entries}
         with contextlib.suppress(OSError):
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".hashes.", dir=self.path.parent)
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                    # One string, then one write: json.dump writes each token on its own.
-                    fh.write(json.dumps(body, separators=(",", ":")))
-                os.replace(tmp, self.path)
-            except OSError:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
+            # Compact, and not fsynced: a cache that is lost is only hashed again.
+            data = json.dumps(body, separators=(",", ":")).encode("utf-8")
+            write_bytes_atomic(self.path, data, mode=0o600, durable=False)
         self._dirty = False
 
 

@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
+from starforge.contract.atomic import write_json_atomic
 from starforge.contract.datasets import resolved_of
 from starforge.contract.errors import BlobDigestMismatch, BodyTooLarge, InvalidName
 from starforge.contract.jobspec import Manifest
@@ -345,7 +346,7 @@ class Storage:
         packs = self.locate(sorted(self._run_digests(manifest, config)))
         if packs:
             data["packs"] = {d: e.wire() for d, e in sorted(packs.items())}
-        replace_json(self.run_json_path(run_dir), data)
+        write_json_atomic(self.run_json_path(run_dir), data, durable=False)
 
     def _run_digests(self, manifest: dict[str, Any], config: dict[str, Any] | None) -> set[str]:
         """The blobs a run reads: its package's and its datasets' files."""
@@ -360,7 +361,7 @@ class Storage:
 
     def write_binding(self, path: Path, binding: dict[str, Any]) -> None:
         # The binding carries the run token in plain text: only the owner may read it.
-        replace_json(path, binding, mode=0o600)
+        write_json_atomic(path, binding, mode=0o600, durable=False)
 
     @staticmethod
     def read_exit_record(path: Path) -> dict[str, Any] | None:
@@ -372,19 +373,3 @@ class Storage:
         if not isinstance(data, dict) or not isinstance(data.get("exit_code"), int):
             return None
         return data
-
-
-def replace_json(path: Path, payload: Any, *, mode: int = 0o644) -> None:
-    """Replace ``path`` with ``payload`` as JSON atomically (a reader sees the old file or the
-    new one), without fsync: for files the database can say again (see the module's note)."""
-    text = json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, mode)  # before the content lands: a secret is never readable by others
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(text.encode("utf-8"))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

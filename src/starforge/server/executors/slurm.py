@@ -34,12 +34,12 @@ import os
 import pwd
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from starforge.contract.atomic import write_json_atomic
 from starforge.contract.env import Binding
 from starforge.contract.errors import StarForgeError
 from starforge.contract.layout import RUN_SUBDIRS, RunLayout
@@ -408,14 +408,10 @@ def _create_once(path: Path, record: dict[str, Any]) -> None:
     """Write ``record`` at ``path`` unless a file is there (the runner's own record wins)."""
     if path.exists():
         return
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".slurm-exit.")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(record, fh)
-        os.link(tmp, path)  # fails if the runner wrote its record meanwhile
+        # Not renamed over: fails if the runner wrote its record meanwhile.
+        write_json_atomic(path, record, mode=0o600, durable=False, replace=False)
     except FileExistsError:
         pass
     except OSError:
         log.warning("could not write %s", path, exc_info=True)
-    finally:
-        Path(tmp).unlink(missing_ok=True)

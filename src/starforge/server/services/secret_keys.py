@@ -31,6 +31,7 @@ from pathlib import Path
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from starforge.contract.atomic import write_json_atomic
 from starforge.contract.errors import ServerError
 
 ENV_KEY = "STARFORGE_SECRETS_KEY"
@@ -93,16 +94,9 @@ def key_path(server_dir: Path) -> Path:
 
 
 def _write_ring(path: Path, current: str, keys: dict[str, bytes]) -> None:
-    """Replace the key file atomically, 0600 from its first byte."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump({"current": current, "keys": {k: _b64(v) for k, v in keys.items()}}, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
+    """Replace the key file atomically and durably, 0600 from its first byte."""
+    ring = {"current": current, "keys": {k: _b64(v) for k, v in keys.items()}}
+    write_json_atomic(path, ring, mode=0o600)
 
 
 def _from_env(text: str) -> KeyRing:
