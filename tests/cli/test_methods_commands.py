@@ -59,6 +59,22 @@ def test_ls_shows_method_framework_and_lock_state(
     assert rows["broken"]["lock"] == "malformed"
 
 
+def test_a_lock_a_newer_sf_wrote_with_fields_this_one_does_not_know_is_current(
+    sf: Callable[..., Result],
+    new_lab: Callable[..., Lab],
+) -> None:
+    lab = new_lab(experiments_={"g1": "trl/grpo"})
+    lock = lab.root / "experiments/g1/method.lock.json"
+    data = json.loads(lock.read_text())
+    data["method"]["pinned_by"] = "sf 9.0"  # a field of a later version
+    lock.write_text(json.dumps(data))
+    rows = {r["experiment"]: r for r in sf("ls", "--json", cwd=lab.root).json()}  # type: ignore[union-attr]
+    assert rows["g1"]["lock"] == "current"
+    got = sf("validate", "g1", "--json", cwd=lab.root)
+    assert got.code == 0, got.err
+    assert got.json()["lock"] == "current"  # type: ignore[index]
+
+
 def test_validate_reports_a_typo_with_a_suggestion(
     sf: Callable[..., Result],
     new_lab: Callable[..., Lab],

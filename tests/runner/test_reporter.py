@@ -150,6 +150,28 @@ def test_a_job_that_ends_at_once_reports_running_and_its_exit_in_one_request(
     eventually(lambda: not group_exists(pgid), what="the fake runner to end")
 
 
+def test_a_spooled_report_a_newer_runner_wrote_is_delivered_without_its_unknown_fields(
+    server: Server,
+) -> None:
+    b = running_binding(server, "reporter-newer-spool")
+    # What a runner of a later version left undelivered: its exit, with a field this one lacks.
+    spooled = {"attempt": 1, "node_rank": 0, "event": "exited", "exit_code": 0}
+    spooled |= {"end_reason": "completed", "message": "", "gpu_seconds": 12.5}
+    spool_dir(b).mkdir(parents=True, exist_ok=True)
+    (spool_dir(b) / "spool-newer-1-0123abcd.jsonl").write_text(json.dumps(spooled) + "\n")
+    reporter = Reporter(b, lambda _: None)
+    reporter.start()
+    assert reporter.close(patience_s=60) and not reporter.fenced
+    stats = reporter.sender.stats
+    assert (stats.points_replayed, stats.points_rejected) == (1, 0), stats.last_error
+    with server.client() as c:
+        view = c.get(f"/runs/{b.run_id}").json()
+    assert (view["status"], view["exit_code"]) == ("succeeded", 0)
+    pgid = int(view["attempts"][-1]["executor_ref"].removeprefix("local:"))
+    os.killpg(pgid, signal.SIGTERM)  # the fake runner the reporter spoke for (see above)
+    eventually(lambda: not group_exists(pgid), what="the fake runner to end")
+
+
 def test_a_runner_whose_attempt_the_server_ended_is_fenced(server: Server) -> None:
     b = running_binding(server, "reporter-fence")
     with server.client() as c:

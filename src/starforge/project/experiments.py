@@ -60,7 +60,8 @@ def read_lock(folder: Path) -> tuple[MethodRef | None, str]:
     if not path.is_file():
         return None, f"{LOCK_FILE} is missing"
     try:
-        return MethodRef.model_validate(json.loads(path.read_text())["method"]), ""
+        # Another sf version may have written it: fields this one does not know are ignored.
+        return MethodRef.read(json.loads(path.read_text())["method"]), ""
     except (ValueError, KeyError, TypeError, ValidationError) as exc:
         return None, f"{path} is malformed: {exc}"
 

@@ -198,7 +198,8 @@ class Reporter:
         return client_for(self.binding, self.url)
 
     def _post(self, client: Client, body: dict[str, Any]) -> None:
-        events = [LifecycleEvent.model_validate(e) for e in body.get("events", [body])]
+        # A spooled body may be another runner version's (read leniently, like every record).
+        events = [LifecycleEvent.read(e) for e in body.get("events", [body])]
         run_id = self.binding.run_id
         try:
             if len(events) == 1:
