@@ -54,7 +54,12 @@ free_port() {
 port_to_use() {
     local saved=""
     [[ -f "$PORT_FILE" ]] && saved=$(cat "$PORT_FILE")
-    if [[ -n "$saved" ]] && python3 -c 'import socket, sys; socket.socket().bind(("127.0.0.1", int(sys.argv[1])))' "$saved" 2>/dev/null; then
+    # SO_REUSEADDR, as PostgreSQL binds: the connections a stop cut leave the port in TIME_WAIT,
+    # which would refuse a plain bind although PostgreSQL can listen there again.
+    if [[ -n "$saved" ]] && python3 -c 'import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))' "$saved" 2>/dev/null; then
         echo "$saved"
         return 0
     fi

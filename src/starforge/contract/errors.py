@@ -302,6 +302,13 @@ class UntrustedCertificate(ServerUnreachable):
     code = "server.untrusted_certificate"
 
 
+class DatabaseUnreachable(ServerUnreachable):
+    """The server answers but its database does not (down, restarting, the network to it cut):
+    a wait helps, so it is a ``ServerUnreachable`` and callers that retry one retry it too."""
+
+    code = "server.database_unreachable"
+
+
 class ServerError(StarForgeError):
     code = "server.internal"
     http_status = 500

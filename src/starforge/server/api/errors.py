@@ -3,10 +3,12 @@
 StarForge errors keep their code and HTTP status; request validation errors become
 ``usage.invalid_spec`` (400, never FastAPI's 422: the client maps codes, and 422 is admission's
 refusal) naming the field path; Starlette's HTTP errors (unknown route, wrong method) keep their
-status, their headers (a 405 names the allowed methods in ``Allow``) and a stable code; anything
-unexpected becomes ``server.internal`` (500) with no traceback on the wire (it goes to the server
-log). :func:`document_errors` writes this into the OpenAPI of every route, so what the server
-answers is what its schema says (schemathesis checks it: tests/security/test_schemathesis.py).
+status, their headers (a 405 names the allowed methods in ``Allow``) and a stable code; a database
+that does not answer becomes ``server.database_unreachable`` (503), logged once per outage
+(``db/outage``), not once per request; anything unexpected becomes ``server.internal`` (500)
+with no traceback on the wire (it goes to the server log). :func:`document_errors` writes this
+into the OpenAPI of every route, so what the server answers is what its schema says
+(schemathesis checks it: tests/security/test_schemathesis.py).
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
+from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from starforge.contract.errors import InvalidSpec, NotFound, ServerError, StarForgeError, UsageError
+from starforge.server.db import outage
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +117,25 @@ def _allowed_methods(request: Request) -> str:
     return ", ".join(sorted(methods))
 
 
+def database_failure(app: Any, exc: BaseException) -> StarForgeError | None:
+    """The 503 for ``exc`` when it says the database is unreachable (noted on the database's
+    watch, which logs the outage once), else None."""
+    runtime = getattr(app.state, "runtime", None)
+    if runtime is None or not outage.of(runtime.engine).failed(exc):
+        return None
+    return outage.unreachable_error()
+
+
+def _internal(request: Request, exc: BaseException) -> JSONResponse:
+    log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
+    return _wire(
+        ServerError(
+            "internal server error; the server log has the details",
+            hint="try again; if it persists, report it with the server log",
+        )
+    )
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(StarForgeError)
     async def _starforge(_: Request, exc: StarForgeError) -> JSONResponse:
@@ -135,12 +158,14 @@ def install(app: FastAPI) -> None:
             headers["Allow"] = _allowed_methods(request)
         return JSONResponse(err.to_wire(), status_code=exc.status_code, headers=headers)
 
+    # Its own handler, not only the catch-all below: Starlette re-raises what reaches that one
+    # (after answering), and the HTTP server would log a traceback for every request.
+    @app.exception_handler(DBAPIError)
+    async def _database(request: Request, exc: DBAPIError) -> JSONResponse:
+        unreachable = database_failure(request.app, exc)
+        return _wire(unreachable) if unreachable is not None else _internal(request, exc)
+
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
-        return _wire(
-            ServerError(
-                "internal server error; the server log has the details",
-                hint="try again; if it persists, report it with the server log",
-            )
-        )
+        unreachable = database_failure(request.app, exc)
+        return _wire(unreachable) if unreachable is not None else _internal(request, exc)

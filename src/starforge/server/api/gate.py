@@ -37,7 +37,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from starforge.contract.api import CLIENT_VERSION_HEADER, MIN_CLIENT_VERSION, RUN_TOKEN_HEADER
 from starforge.contract.errors import StarForgeError
-from starforge.server.api import authz, bodies, deps
+from starforge.server.api import authz, bodies, deps, errors
 from starforge.server.runtime import Runtime
 from starforge.server.services import users
 
@@ -171,6 +171,12 @@ class Gatekeeper:
             caller = await run_in_threadpool(_admit, gate, rt, headers, params)
         except StarForgeError as err:
             await bodies.send_error(send, err, close=_has_big_body(headers))
+            return
+        except Exception as exc:  # outside the app's handlers: the database's outage is a 503
+            unreachable = errors.database_failure(self.api, exc)
+            if unreachable is None:
+                raise
+            await bodies.send_error(send, unreachable, close=_has_big_body(headers))
             return
         if caller is not None:
             scope.setdefault("state", {})[authz.CALLER_KEY] = caller

@@ -39,6 +39,8 @@ from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.engine.url import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+from starforge.server.db import outage
+
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 BUSY_TIMEOUT_MS = 30_000
 READ_ONLY = "starforge_read_only"  # execution option: this transaction only reads
@@ -133,9 +135,12 @@ def make_engine(url: str) -> Engine:
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"check_same_thread": False})
         _tune_sqlite(engine)
-        return engine
-    # Request handlers run in a pool of threads, each holding a connection for its transaction.
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=30)
+    else:
+        # Request handlers run in a pool of threads, each holding a connection for its
+        # transaction.
+        engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=30)
+    outage.watch(engine)  # a connection checked out says the database answers (again)
+    return engine
 
 
 def is_postgres(engine: Engine) -> bool:

@@ -25,6 +25,7 @@ from sqlalchemy import Connection, Engine, create_engine, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
+from starforge.server.db import outage
 from starforge.server.db.engine import LEADER_LOCK_KEY, is_postgres
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,8 @@ class Election:
         # Its own engine without a pool: the lock's connection is never lent to a request.
         self._engine = create_engine(engine.url, poolclass=NullPool) if self.postgres else None
         self._conn: Connection | None = None
+        # Asked every RETRY_S: while the database is down that is said once, not every second.
+        self._watch = outage.watch(self._engine) if self._engine is not None else None
 
     def try_acquire(self) -> bool:
         if self._engine is None:
@@ -50,8 +53,9 @@ class Election:
                 text("SELECT pg_try_advisory_lock(:k)"), {"k": LEADER_LOCK_KEY}
             ).scalar()
             self._conn.commit()  # the lock is the session's: no transaction stays open
-        except DBAPIError:
-            log.warning("could not reach the database to ask for leadership", exc_info=True)
+        except DBAPIError as exc:
+            if self._watch is None or not self._watch.failed(exc):
+                log.warning("could not reach the database to ask for leadership", exc_info=True)
             self._drop()
             return False
         return bool(got)
@@ -64,8 +68,11 @@ class Election:
         try:
             self._conn.execute(text("SELECT 1")).scalar()
             self._conn.commit()
-        except DBAPIError:
-            log.error("lost the leadership connection: stopping the loops", exc_info=True)
+        except DBAPIError as exc:
+            if self._watch is not None and self._watch.failed(exc):
+                log.error("lost the leadership connection (no database): stopping the loops")
+            else:
+                log.error("lost the leadership connection: stopping the loops", exc_info=True)
             self._drop()
             return False
         return True

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from starforge.server.db import outage
 from starforge.server.runtime import Runtime
 from starforge.server.services import notify
 
@@ -23,6 +24,7 @@ async def notify_loop(rt: Runtime) -> None:
             await asyncio.to_thread(notify.deliver_due, rt)
         except asyncio.CancelledError:
             raise
-        except Exception:  # a bad pass must not end notifications for good
-            log.exception("notify pass failed")
+        except Exception as exc:  # a bad pass must not end notifications for good
+            if not outage.of(rt.engine).failed(exc):  # an outage is said once, not per pass
+                log.exception("notify pass failed")
         await asyncio.sleep(TICK_S)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from starforge.server.db import outage
 from starforge.server.runtime import Runtime
 from starforge.server.services import lifecycle, maintenance, reconcile
 
@@ -35,6 +36,7 @@ async def reconciler_loop(rt: Runtime) -> None:
             await asyncio.to_thread(run_tick, rt)
         except asyncio.CancelledError:
             raise
-        except Exception:  # keep reconciling even if one tick hit a bad row
-            log.exception("reconciler tick failed")
+        except Exception as exc:  # keep reconciling even if one tick hit a bad row
+            if not outage.of(rt.engine).failed(exc):  # an outage is said once, not per pass
+                log.exception("reconciler tick failed")
         await asyncio.sleep(TICK_S)

@@ -27,6 +27,7 @@ import contextlib
 import logging
 import time
 
+from starforge.server.db import outage
 from starforge.server.runtime import Runtime
 from starforge.server.services import dispatch, preemption, queue
 
@@ -78,6 +79,7 @@ async def scheduler_loop(rt: Runtime, wake: asyncio.Event) -> None:
             await asyncio.to_thread(run_pass, rt, arrivals_may_wait=True)
         except asyncio.CancelledError:
             raise
-        except Exception:  # a bad pass must not end scheduling for good
-            log.exception("scheduler pass failed")
+        except Exception as exc:  # a bad pass must not end scheduling for good
+            if not outage.of(rt.engine).failed(exc):  # an outage is said once, not per pass
+                log.exception("scheduler pass failed")
         until = time.monotonic() + gather_s(time.monotonic() - began)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from starforge.server.db import outage
 from starforge.server.runtime import Runtime
 from starforge.server.services import sweeps
 
@@ -22,6 +23,7 @@ async def sweep_loop(rt: Runtime) -> None:
             await asyncio.to_thread(sweeps.early_stop_pass, rt)
         except asyncio.CancelledError:
             raise
-        except Exception:  # one bad sweep must not end early stopping for good
-            log.exception("sweep tick failed")
+        except Exception as exc:  # one bad sweep must not end early stopping for good
+            if not outage.of(rt.engine).failed(exc):  # an outage is said once, not per pass
+                log.exception("sweep tick failed")
         await asyncio.sleep(TICK_S)
