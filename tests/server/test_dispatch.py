@@ -8,6 +8,7 @@ import stat
 from pathlib import Path
 
 from starforge.contract.env import Binding
+from starforge.contract.layout import RunLayout
 from starforge.server.db.models import Run
 from starforge.server.runtime import Runtime
 from starforge.server.services import actions, dispatch, jobs, reconcile
@@ -222,3 +223,42 @@ def test_a_placement_whose_start_never_happened_fails_on_the_next_tick(rt: Runti
     reconcile.reconcile(rt)
     run = run_row(rt, run_id)
     assert (run.status, run.end_reason) == ("failed", "startup_failed")
+
+
+def test_an_attempt_number_the_runs_folder_shows_was_used_is_never_used_again(
+    rt: Runtime, executor: FakeExecutor
+) -> None:
+    # The database says attempt 1, the folder holds attempt 2's log and records: the database
+    # was restored from a backup taken before attempt 2 began.
+    run_id = running_run(rt, user="alice", profiles=["h200:1"])
+    report(rt, run_id, "exited", exit_code=1)
+    layout = RunLayout(dispatch.run_dir_of(rt, run_row(rt, run_id)))
+    layout.log(2).write_text("attempt 2's training\n")
+    layout.exit_record(2, 0).write_text('{"exit_code": 143}')
+    layout.binding(2, 0).write_text("{}")
+
+    assert actions.retry(rt, "alice", run_id).accepted
+    assert schedule(rt) == [run_id]
+    run = run_row(rt, run_id)
+    assert run.current_attempt == 3
+    assert binding(rt, run_id, 3, 0)["attempt"] == 3
+    assert layout.exit_record(2, 0).read_text() == '{"exit_code": 143}'  # untouched
+    assert layout.log(2).read_text() == "attempt 2's training\n"
+    assert jobs.get(rt, "alice", run_id).reason.startswith(
+        "attempt 3 placed on h200-1[0] (the run's folder holds attempt 2, which the database "
+        "does not know"
+    )
+    # The next attempt after that follows the database again: 4.
+    report(rt, run_id, "exited", exit_code=1, attempt=3)
+    assert actions.retry(rt, "alice", run_id).accepted
+    assert schedule(rt) == [run_id]
+    assert run_row(rt, run_id).current_attempt == 4
+
+
+def test_the_attempt_a_file_of_a_runs_folder_belongs_to_is_read_from_its_name() -> None:
+    assert RunLayout.attempt_of("attempt-12.log") == 12
+    assert RunLayout.attempt_of("attempt-3.node-1.exit.json") == 3
+    assert RunLayout.attempt_of("attempt-3.node-1.events") == 3
+    assert RunLayout.attempt_of("run.json") is None
+    assert RunLayout.attempt_of("attempt-x.log") is None
+    assert RunLayout.attempt_of("attempt-3") is None

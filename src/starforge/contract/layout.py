@@ -131,6 +131,16 @@ class RunLayout:
         """What the server staged for a job of its member's account (runner/stage.py)."""
         return self.datasets / "staged.json"
 
+    @staticmethod
+    def attempt_of(name: str) -> int | None:
+        """The attempt a file of ``logs/`` or ``state/`` belongs to, from its name
+        (``attempt-<n>.…``), or None for a file of no attempt (``run.json``)."""
+        prefix, _, rest = name.partition("-")
+        number, dot, _ = rest.partition(".")
+        if prefix != "attempt" or not dot or not number.isdigit():
+            return None
+        return int(number)
+
     def log(self, attempt: int, node_rank: int = 0) -> Path:
         # Node 0 keeps the short name: single-node runs (the common case) read naturally.
         if node_rank == 0:

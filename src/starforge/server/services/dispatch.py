@@ -11,6 +11,9 @@ references (a pass's starts in one transaction). A start failure ends the attemp
 
 An attempt after the first (resume, retry, auto-retry) starts from the run's latest checkpoint
 (``services/checkpoints``), recorded on the attempt and handed to the runner as ``resume_from``.
+An attempt number is never used twice, even when the database is older than the run's folder (a
+restored backup): the next number is past both the database's and the folder's last attempt
+(:func:`attempts_on_disk`), so a new attempt never meets an old one's logs and records.
 
 Node records are written through ``statemachine.place_nodes`` (each ``pending``) and
 ``statemachine.node_event`` (``started`` with the reference; ``startup_failed`` for nodes a failed
@@ -22,6 +25,7 @@ is claimed under a row lock (:func:`claim_queued`), so no run is placed twice, e
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,8 +167,15 @@ def place_run(
         statemachine.set_reason(run, reason)  # why it waits is not a status change: no event
         statemachine.save(session, rows)
         return None
-    number = run.current_attempt + 1
     run_dir = run_dir_of(rt, run)
+    on_disk = attempts_on_disk(RunLayout(run_dir))
+    number = max(run.current_attempt, on_disk) + 1
+    skipped = (
+        f" (the run's folder holds attempt {on_disk}, which the database does not know: "
+        "restored from an older backup?)"
+        if on_disk > run.current_attempt
+        else ""
+    )
     token = secrets.token_urlsafe(32)  # the runner's: lifecycle
     job_token = secrets.token_urlsafe(32)  # the job's: ingest into this run only
     attempt = Attempt(
@@ -202,12 +213,28 @@ def place_run(
         session,
         run,
         JobStatus.STARTING,
-        reason=f"attempt {number} placed on {where}",
+        reason=f"attempt {number} placed on {where}{skipped}",
         actor="scheduler",
     )
     statemachine.save(session, rows)
     # The image as admission chose and pinned it (IMAGE@sha256:...): a retag is moot.
     return StartOrder(run.id, number, starts, pools=pools, image=run.image)
+
+
+def attempts_on_disk(layout: RunLayout) -> int:
+    """The highest attempt number the run's folder holds files of (logs, bindings, runner and
+    exit records, report spools), 0 for none."""
+    highest = 0
+    for folder in (layout.logs, layout.state):
+        try:
+            names = [entry.name for entry in os.scandir(folder)]
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for name in names:
+            number = RunLayout.attempt_of(name)
+            if number is not None and number > highest:
+                highest = number
+    return highest
 
 
 def job_identity(rt: Runtime, session: Session, user: str) -> tuple[list[int], int]:
