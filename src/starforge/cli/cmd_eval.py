@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.markup import escape
 
+from starforge.catalog.adapters.steps import eval_argv
 from starforge.cli.output import out
 from starforge.contract.errors import UsageError
 from starforge.contract.layout import RunLayout
@@ -33,29 +33,6 @@ RUN_REF = re.compile(r"run/(r-[A-Za-z0-9_-]{1,30}|[A-Za-z0-9_-]{1,30})")
 HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
 HF_FOLDERS = ("export", "final")  # under a run's out dir, in order of preference
 PLACEHOLDER = "<storage>/runs/<user>/{project}/{experiment}/{run}/out/export"
-
-
-def eval_argv(
-    *, model: str, method: str, config: str, data: str, out_file: str, exp_dir: str
-) -> list[str]:
-    """The eval program's command line (the same flags a pipeline's eval step uses)."""
-    return [
-        sys.executable,
-        "-m",
-        "starforge.steps.eval",
-        "--model",
-        model,
-        "--method",
-        method,
-        "--config",
-        config,
-        "--data",
-        data,
-        "--out",
-        out_file,
-        "--exp-dir",
-        exp_dir,
-    ]
 
 
 def model_kind(value: str) -> tuple[str, str]:

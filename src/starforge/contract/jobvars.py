@@ -7,6 +7,19 @@ rules sit below the JobSpec that the mapping reads.
 
 from __future__ import annotations
 
+# What differs between two runs, or two nodes, of one server: read when the job works, never
+# when a library is imported (CUDA_VISIBLE_DEVICES at CUDA's first use, the rendezvous at
+# init_process_group, the rest by our own code).
+_PER_NODE = (
+    "NNODES",
+    "NODE_RANK",
+    "GPUS_PER_NODE",
+    "NPROC_PER_NODE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "CUDA_VISIBLE_DEVICES",
+)
+
 KNOWN_KEYS: tuple[str, ...] = (
     "FORGE_RUN_ID",
     "FORGE_ATTEMPT",
@@ -34,13 +47,7 @@ KNOWN_KEYS: tuple[str, ...] = (
     "FORGE_CLUSTER_NUM_NODES",
     "FORGE_CLUSTER_GPUS_PER_NODE",
     "FORGE_OBSERVABILITY_URL",
-    "NNODES",
-    "NODE_RANK",
-    "GPUS_PER_NODE",
-    "NPROC_PER_NODE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "CUDA_VISIBLE_DEVICES",
+    *_PER_NODE,
     "STARFORGE_ENABLED",
     "STARFORGE_ENDPOINT",
     "STARFORGE_RUN_ID",
@@ -50,17 +57,4 @@ KNOWN_KEYS: tuple[str, ...] = (
     "HF_HOME",
     "PYTHONUNBUFFERED",
 )
-# What differs between two runs, or two nodes, of one server: read when the job works, never
-# when a library is imported (CUDA_VISIBLE_DEVICES at CUDA's first use, the rendezvous at
-# init_process_group, the rest by our own code).
-PER_NODE_KEYS = frozenset(
-    {
-        "NNODES",
-        "NODE_RANK",
-        "GPUS_PER_NODE",
-        "NPROC_PER_NODE",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "CUDA_VISIBLE_DEVICES",
-    }
-)
+PER_NODE_KEYS = frozenset(_PER_NODE)

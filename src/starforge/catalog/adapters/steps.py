@@ -128,26 +128,28 @@ def export_plan(ctx: CompileContext, step: StepSpec) -> LaunchPlan:
     return LaunchPlan(argv=argv, cwd=ctx.work_dir, env=dict(ctx.env), files=files)
 
 
+def eval_argv(
+    *, model: str, method: str, config: str, data: str, out_file: str, exp_dir: str | None = None
+) -> list[str]:
+    """The eval program's command line: a pipeline's eval step and ``sf eval`` alike
+    (``exp_dir``: where the experiment's files are, when not the working directory)."""
+    argv = [sys.executable, "-m", "starforge.steps.eval", "--model", model, "--method", method]
+    argv += ["--config", config, "--data", data, "--out", out_file]
+    return argv + (["--exp-dir", exp_dir] if exp_dir is not None else [])
+
+
 def eval_plan(ctx: CompileContext, step: StepSpec) -> LaunchPlan:
     """``python -m starforge.steps.eval`` on the exported model (``starforge.steps.eval``)."""
     config_path = f"{ctx.state_dir}/attempt-{ctx.binding.attempt}.eval-config.yaml"
     data = input_location(ctx.spec.inputs.validation_data, ctx.work_dir)
     model = f"{source_out(ctx, step.source_run_id)}/{EXPORT_DIR}"
-    argv = [
-        sys.executable,
-        "-m",
-        "starforge.steps.eval",
-        "--model",
-        model,
-        "--method",
-        ctx.method.id,
-        "--config",
-        config_path,
-        "--data",
-        data or "",
-        "--out",
-        f"{ctx.binding.out_dir}/{EVAL_REPORT}",
-    ]
+    argv = eval_argv(
+        model=model,
+        method=ctx.method.id,
+        config=config_path,
+        data=data or "",
+        out_file=f"{ctx.binding.out_dir}/{EVAL_REPORT}",
+    )
     files = {config_path: yaml.safe_dump(ctx.config, sort_keys=True)}
     return LaunchPlan(argv=argv, cwd=ctx.exp_dir, env=dict(ctx.env), files=files)
 

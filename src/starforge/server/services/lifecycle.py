@@ -46,6 +46,8 @@ PAUSE_EXITS = frozenset({0, 128 + 15, 128 + 9})
 # An end reason a runner may not claim for a node that exited non-zero.
 NOT_FAILURES = frozenset({EndReason.COMPLETED, EndReason.PAUSED_BY_USER, EndReason.STOPPED_BY_USER})
 
+RELEASE_STATUSES = (JobStatus.STARTING.value, JobStatus.RUNNING.value)  # see starting_attempt
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -134,6 +136,30 @@ def check_run_token(run: Run, token: str | None) -> None:
     """Lifecycle events take the runner's token only: the job's (its STARFORGE_TOKEN) is refused,
     so a job cannot report its own run finished while it still runs."""
     _check_run_digest(run.id, run.run_token_sha256, token)
+
+
+def starting_attempt(
+    session: Session, run_id: str, token: str | None, attempt: int, what: str
+) -> Run:
+    """Run ``run_id``, asked by its runner (its run token) for its current ``attempt`` while that
+    attempt starts or runs: the only time a runner is handed ``what`` (its secrets, its
+    registry login); else :class:`Forbidden` naming it."""
+    run = session.get(Run, run_id)
+    if run is None:
+        raise RunNotFound(f"no run {run_id}")
+    check_run_token(run, token)
+    current = run.attempt(run.current_attempt)
+    if (
+        attempt != run.current_attempt
+        or current is None
+        or current.ended_at is not None
+        or run.status not in RELEASE_STATUSES
+    ):
+        raise Forbidden(
+            f"run {run_id} attempt {attempt} is not starting or running: no {what}",
+            details={"status": run.status, "current_attempt": run.current_attempt},
+        )
+    return run
 
 
 def _check_run_digest(run_id: str, digest: str | None, token: str | None) -> None:

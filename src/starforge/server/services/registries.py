@@ -18,7 +18,6 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from starforge.contract.errors import Forbidden, RunNotFound
 from starforge.contract.images import parse_image
 from starforge.contract.registries import (
     RegistryLoginInfo,
@@ -28,15 +27,13 @@ from starforge.contract.registries import (
     RunRegistryAuth,
     check_registry_host,
 )
-from starforge.contract.states import JobStatus
 from starforge.server import registry
-from starforge.server.db.models import Run, utcnow
+from starforge.server.db.models import utcnow
 from starforge.server.db.registries import RegistryLogin
 from starforge.server.registry_auth import Login
 from starforge.server.runtime import Runtime
 from starforge.server.services import lifecycle, secret_keys
 
-RELEASE_STATUSES = (JobStatus.STARTING.value, JobStatus.RUNNING.value)
 SLURM_WITHHELD = (
     "registry logins are not handed to runners on Slurm (they run as the member's account): "
     "the image is pulled without one"
@@ -102,21 +99,7 @@ def for_runner(rt: Runtime, run_id: str, token: str | None, attempt: int) -> Run
     """The login of the registry of run ``run_id``'s image, to its runner only, for its current
     attempt while that attempt starts or runs; no login stored: an answer without one."""
     with rt.reading() as session:
-        run = session.get(Run, run_id)
-        if run is None:
-            raise RunNotFound(f"no run {run_id}")
-        lifecycle.check_run_token(run, token)
-        current = run.attempt(run.current_attempt)
-        if (
-            attempt != run.current_attempt
-            or current is None
-            or current.ended_at is not None
-            or run.status not in RELEASE_STATUSES
-        ):
-            raise Forbidden(
-                f"run {run_id} attempt {attempt} is not starting or running: no registry login",
-                details={"status": run.status, "current_attempt": run.current_attempt},
-            )
+        run = lifecycle.starting_attempt(session, run_id, token, attempt, "registry login")
         if not run.image:
             return RunRegistryAuth(registry="")
         host = parse_image(run.image).registry.lower()

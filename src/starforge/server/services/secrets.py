@@ -29,7 +29,6 @@ from starforge.contract.errors import (
     Forbidden,
     InvalidName,
     Rejected,
-    RunNotFound,
     UsageError,
 )
 from starforge.contract.jobspec import JobSpec
@@ -50,14 +49,11 @@ from starforge.contract.secrets import (
     reserved_list,
     reserved_why,
 )
-from starforge.contract.states import JobStatus
-from starforge.server.db.models import Run, utcnow
+from starforge.server.db.models import utcnow
 from starforge.server.db.secrets import Secret
 from starforge.server.runtime import Runtime
 from starforge.server.services import hub_preflight, lifecycle, notify, registries, secret_keys
 from starforge.server.services.users import Caller
-
-RELEASE_STATUSES = (JobStatus.STARTING.value, JobStatus.RUNNING.value)
 
 
 def _aad(row: Secret) -> str:
@@ -212,21 +208,7 @@ def for_runner(rt: Runtime, run_id: str, token: str | None, attempt: int) -> Run
     """The values of the secrets run ``run_id`` asked for, to its runner only (its run token),
     for its current attempt while that attempt starts or runs."""
     with rt.transaction() as session:
-        run = session.get(Run, run_id)
-        if run is None:
-            raise RunNotFound(f"no run {run_id}")
-        lifecycle.check_run_token(run, token)
-        current = run.attempt(run.current_attempt)
-        if (
-            attempt != run.current_attempt
-            or current is None
-            or current.ended_at is not None
-            or run.status not in RELEASE_STATUSES
-        ):
-            raise Forbidden(
-                f"run {run_id} attempt {attempt} is not starting or running: no secrets",
-                details={"status": run.status, "current_attempt": run.current_attempt},
-            )
+        run = lifecycle.starting_attempt(session, run_id, token, attempt, "secrets")
         wanted = requested(JobSpec.read(run.spec), run.config)
         # Never a platform's name, even for a run admitted before admission refused them.
         wanted = [r for r in wanted if reserved_why(r.name, r.mount.value) is None]
