@@ -178,7 +178,6 @@ def submit(
     """
     # Imported here, not at the top: `sf --help` must not pay for the client and the packer.
     from starforge.cli import submit_flow
-    from starforge.cli.connect import connect
 
     out.set_json(json_out)
     opts = submit_flow.SubmitOptions(
@@ -202,11 +201,7 @@ def submit(
         validation_dataset=validation_dataset,
         output_dataset=output_dataset,
     )
-    prepared = submit_flow.prepare(opts)
-    for warning in prepared.warnings:
-        out.warn(warning)
-    with connect() as client:
-        submit_flow.check_profiles(client, prepared)
+    with submit_flow.connected(opts) as (client, prepared):
         if dry_run:
             _print_dry_run(prepared, client.whoami().user)
             return

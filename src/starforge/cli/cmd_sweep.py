@@ -148,7 +148,6 @@ def submit(
     --early-stop --stop-metric loss --rungs 50,150 --keep 2
     """
     from starforge.cli import submit_flow
-    from starforge.cli.connect import connect
 
     out.set_json(json_out)
     rule = _early_stop(early_stop, stop_metric, rungs, keep, Mode(mode).value)
@@ -163,11 +162,7 @@ def submit(
         allow_dirty=allow_dirty,
         observability_url=observability_url,
     )
-    prepared = submit_flow.prepare(opts)
-    for warning in prepared.warnings:
-        out.warn(warning)
-    with connect() as client:
-        submit_flow.check_profiles(client, prepared)
+    with submit_flow.connected(opts) as (client, prepared):
         variants = plan_variants(prepared, grid, set_)
         if dry_run:
             _print_plan(prepared, variants, rule)

@@ -15,7 +15,8 @@ server unless admission accepts the whole request.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -297,6 +298,21 @@ def prepare(opts: SubmitOptions) -> Prepared:
 def check_profiles(client: Client, prepared: Prepared) -> list[Pool]:
     """The profiles resolved against the server's registry, and the profile-aware checks."""
     return resolve_profiles(client.profiles(), prepared)
+
+
+@contextmanager
+def connected(opts: SubmitOptions) -> Iterator[tuple[Client, Prepared]]:
+    """What ``sf submit`` and ``sf sweep`` both do first: prepare (its warnings said), connect,
+    and check the profiles with the server; the client is open while the caller sends."""
+    from starforge.cli.connect import connect
+    from starforge.cli.output import out
+
+    prepared = prepare(opts)
+    for warning in prepared.warnings:
+        out.warn(warning)
+    with connect() as client:
+        check_profiles(client, prepared)
+        yield client, prepared
 
 
 def resolve_profiles(registry: ProfilesResponse, prepared: Prepared) -> list[Pool]:

@@ -49,14 +49,10 @@ Locate = Callable[[list[str]], dict[str, Extent]]
 class RunNames(Protocol):
     """What names a run's folder (a ``db.models.Run`` row, or anything with these names)."""
 
-    @property
-    def user(self) -> str: ...
-    @property
-    def project(self) -> str: ...
-    @property
-    def experiment(self) -> str: ...
-    @property
-    def id(self) -> str: ...
+    user: str
+    project: str
+    experiment: str
+    id: str
 
 
 def _check_digest(digest: str) -> str:
