@@ -120,6 +120,8 @@ def _print_maintenance(found: MaintenanceStatus) -> None:
             ["RUN", "USER", "STATUS", "WHY"],
             [[b.run_id, b.user, b.status, escape(b.why)] for b in found.blockers],
         )
+    if found.executor_unknown:
+        out.line(f"[yellow]executor[/yellow]: {escape(found.executor_unknown)}")
     # The message says the verdict itself ("safe to restart: ...", "not safe to restart yet: ...").
     colour = "green" if found.safe_to_restart else "red"
     out.line(f"[{colour}]{escape(found.message)}[/{colour}]")

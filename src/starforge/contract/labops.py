@@ -74,6 +74,8 @@ class MaintenanceStatus(Contract):
     paused: list[str] = Field(default_factory=list)  # runs the drain paused, in resume order
     pausing: list[str] = Field(default_factory=list)  # of those, still saving a checkpoint
     blockers: list[Blocker] = Field(default_factory=list)  # active runs that cannot resume
+    # why the executor could not say what it still runs (Slurm not answering): then not safe
+    executor_unknown: str = ""
     safe_to_restart: bool = False
     message: str = ""
 

@@ -110,3 +110,12 @@ class SupportsPendingReason(Protocol):
     def pending_reason(self, ref: str) -> str | None:
         """Why the executor has not started ``ref`` yet (e.g. Slurm's reason), or None."""
         ...
+
+
+@runtime_checkable
+class SupportsLiveAttempts(Protocol):
+    def live_attempts(self) -> dict[tuple[str, int], str]:
+        """Every attempt this executor still holds, by (run id, attempt number), whatever the
+        database says (it may be a restored, older one): its own name for each (e.g. ``Slurm job
+        12``). Raises when it cannot tell now."""
+        ...

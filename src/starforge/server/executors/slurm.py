@@ -147,6 +147,17 @@ class SlurmExecutor:
                 self._jobs_at = self._jobs_asked = asked
             return self._jobs
 
+    def live_attempts(self) -> dict[tuple[str, int], str]:
+        """The attempts of the live jobs named ``sf.<run_id>.<attempt>`` (SlurmError when
+        ``squeue`` cannot answer): pending or running, their nodes are Slurm's, not free."""
+        held: dict[tuple[str, int], str] = {}
+        for job in self.jobs(fresh=True).values():
+            attempt = _attempt_of(job.name)
+            if attempt is not None and job.alive:
+                run_id = job.name[len("sf.") : -len(f".{attempt}")]
+                held.setdefault((run_id, attempt), f"Slurm job {job.job_id} ({job.state})")
+        return held
+
     def cluster(self, fresh: bool = False) -> slurm_inventory.Cluster:
         with self._lock:
             stale = time.monotonic() - self._cluster_at >= CLUSTER_CACHE_S

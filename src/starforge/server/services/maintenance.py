@@ -13,12 +13,21 @@ paused yet (:func:`pause_resumable`, each tick). It is safe to restart the machi
 is pausing and no blocker is left. The drain's record of a run it paused is written in the pause's
 own transaction, so a crash never leaves a paused run that ``resume`` would not bring back.
 
+The verdict also asks the executor what it still holds, since the database can be wrong about
+it (a restored, older backup; a runner that outlived its attempt's end): a run the database calls
+paused, queued or ended whose runner is still alive (``is_alive`` of its latest attempt's
+references), and an attempt Slurm still runs that the database does not count
+(:class:`~starforge.server.executors.base.SupportsLiveAttempts`), are blockers too. An executor
+that cannot answer (Slurm's controller down) makes the verdict "not safe": it cannot be told.
+
 ``resume`` turns the flag off and requeues the runs the drain paused, in the order it paused
 them; pausing and resuming never change a run's priority or submission time, which are the
 queue's order, so they line up exactly where they were.
 """
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -27,13 +36,16 @@ from starforge.contract.auth import Role
 from starforge.contract.labops import Blocker, MaintenanceStatus
 from starforge.contract.states import JobStatus
 from starforge.server.db.labops import Maintenance, MaintenancePaused
-from starforge.server.db.models import Run, utcnow
+from starforge.server.db.models import Attempt, Run, utcnow
+from starforge.server.executors.base import SupportsLiveAttempts
 from starforge.server.runtime import Runtime
 from starforge.server.services import actions, checkpoints, users
 
 S = JobStatus
 _RUNNING = [S.STARTING.value, S.RUNNING.value]
 _HOLDING = [S.STARTING.value, S.RUNNING.value, S.STOPPING.value, S.PAUSING.value]
+# A runner of an attempt that ended longer ago than this is not looked for (its pid may be reused).
+_ENDED_LOOKBACK = timedelta(days=1)
 
 
 def _row(session: Session) -> Maintenance:
@@ -115,15 +127,16 @@ def status(rt: Runtime, admin: users.Caller) -> MaintenanceStatus:
             for r in active
             if r.id not in held
         ]
+        unknown = _executor_holds(rt, session, blockers) if row is not None and row.active else ""
     if row is None or not row.active:
         return MaintenanceStatus(active=False, message="no maintenance: the scheduler runs")
     pausing = [run_id for run_id, st in paused_rows if st == S.PAUSING.value]
-    safe = not pausing and not blockers
+    safe = not pausing and not blockers and not unknown
     message = (
         "safe to restart: no run holds resources"
         if safe
         else f"not safe to restart yet: {len(pausing)} run(s) still saving a checkpoint, "
-        f"{len(blockers)} blocker(s) that cannot resume"
+        f"{len(blockers)} blocker(s)" + (f"; {unknown}" if unknown else "")
     )
     return MaintenanceStatus(
         active=True,
@@ -133,9 +146,59 @@ def status(rt: Runtime, admin: users.Caller) -> MaintenanceStatus:
         paused=[run_id for run_id, _ in paused_rows],
         pausing=pausing,
         blockers=blockers,
+        executor_unknown=unknown,
         safe_to_restart=safe,
         message=message,
     )
+
+
+def _executor_holds(rt: Runtime, session: Session, blockers: list[Blocker]) -> str:
+    """Add to ``blockers`` the runs the executor still holds though the database says they hold
+    nothing; return why the executor could not tell, or ``""``."""
+    counted = {b.run_id for b in blockers}
+    since = utcnow() - _ENDED_LOOKBACK
+    latest = session.execute(
+        select(Run, Attempt)
+        .join(Attempt, (Attempt.run_id == Run.id) & (Attempt.number == Run.current_attempt))
+        .where(Run.status.not_in(_HOLDING))
+        .where(Attempt.ended_at.is_(None) | (Attempt.ended_at >= since))
+        .order_by(Run.created_at, Run.id)
+    ).all()
+    try:
+        for run, attempt in latest:
+            refs = [n.ref for n in attempt.node_records().values() if n.ref]
+            alive = next((ref for ref in refs if rt.executor.is_alive(ref)), None)
+            if alive is not None and run.id not in counted:
+                counted.add(run.id)
+                why = f"{run.status} in the database, but its runner still runs ({alive})"
+                blockers.append(Blocker(run_id=run.id, user=run.user, status=run.status, why=why))
+        if isinstance(rt.executor, SupportsLiveAttempts):
+            _unknown_attempts(session, rt.executor.live_attempts(), counted, blockers)
+    except Exception as exc:  # Slurm's controller down, say: nothing can be promised
+        said = getattr(exc, "message", None) or str(exc)
+        return f"the executor cannot say what it still runs ({said})"
+    return ""
+
+
+def _unknown_attempts(
+    session: Session,
+    live: dict[tuple[str, int], str],
+    counted: set[str],
+    blockers: list[Blocker],
+) -> None:
+    """Blockers for the live attempts of this server's runs that the database does not count
+    (an attempt a restored database never heard of, or a run it believes ended)."""
+    ids = {run_id for run_id, _ in live}
+    runs = {r.id: r for r in session.scalars(select(Run).where(Run.id.in_(ids)))}
+    for (run_id, number), what in sorted(live.items()):
+        run = runs.get(run_id)  # a run of another server on the same cluster is not ours
+        if run is None or run_id in counted:
+            continue
+        if run.status in _HOLDING and number == run.current_attempt:
+            continue  # a blocker or paused by the drain: counted above as what it is
+        counted.add(run_id)
+        why = f"{run.status} in the database, but attempt {number} still runs ({what})"
+        blockers.append(Blocker(run_id=run.id, user=run.user, status=run.status, why=why))
 
 
 def _why_blocks(rt: Runtime, run: Run) -> str:
