@@ -46,6 +46,7 @@ from starforge.server.api import (
 )
 from starforge.server.api import secrets as secrets_api
 from starforge.server.console import routes as console
+from starforge.server.db import outage
 from starforge.server.db import tables as _tables  # noqa: F401  (registers every ORM table)
 from starforge.server.executors.base import Executor
 from starforge.server.loops import leader, takeover
@@ -85,8 +86,9 @@ async def lead_loops(rt: Runtime, wake: asyncio.Event) -> None:
             log.exception("could not publish the control plane's beacon")
         try:
             await asyncio.to_thread(takeover.finish_interrupted_starts, rt)
-        except Exception:  # the reconciler settles whatever this could not start
-            log.exception("could not finish the starts a previous leader left")
+        except Exception as exc:  # the reconciler settles whatever this could not start
+            if not outage.of(rt.engine).failed(exc):  # an outage is said once, not here
+                log.exception("could not finish the starts a previous leader left")
         wake.set()  # a new leader places whatever waited while no one led
         await asyncio.gather(
             scheduler_loop(rt, wake),
