@@ -47,9 +47,12 @@ def resolve(client: Client, ref: str | None) -> RunView:
     return client.get_run(runs[0].run_id)
 
 
+LS_LIMIT = 20  # rows of `sf job ls` (one page)
+
+
 @app.command("ls")
 def list_runs(
-    limit: Annotated[int, typer.Option("--limit", "-n", help="How many runs to show.")] = 20,
+    limit: Annotated[int, typer.Option("--limit", "-n", help="How many runs to show.")] = LS_LIMIT,
     status: Annotated[
         str | None, typer.Option("--status", help="Only runs in this status.")
     ] = None,
@@ -61,23 +64,34 @@ def list_runs(
     sweep: Annotated[
         str | None, typer.Option("--sweep", help="Only the variants of this sweep (grid order).")
     ] = None,
+    before: Annotated[
+        str | None,
+        typer.Option(
+            "--before", help="The next page: runs older than this run (the id the hint names)."
+        ),
+    ] = None,
 ) -> None:
-    """List your runs, newest first. STEPS is a pipeline's steps done/total (``!``: it stopped
-    short: a step failed or was stopped, or an eval gate failed).
+    """List your runs, newest first, a page at a time (the hint under the table names the next
+    page). STEPS is a pipeline's steps done/total (``!``: it stopped short: a step failed or was
+    stopped, or an eval gate failed).
 
-    Example: sf job ls --status running · sf job ls --steps
+    Example: sf job ls --status running · sf job ls --steps · sf job ls --before r-7f3a
     """
     from rich.markup import escape
 
     from starforge.cli.connect import connect
 
     out.set_json(json_out)
+    more: str | None = None
     with connect() as client:
         if sweep:
             runs = client.sweep_runs(sweep).runs
             runs = [r for r in runs if status is None or r.status == status][:limit]
         else:
-            runs = client.list_runs(limit=limit, status=status, hide_steps=not steps).runs
+            listed = client.list_runs(
+                limit=limit, status=status, hide_steps=not steps, before=before
+            )
+            runs, more = listed.runs, listed.next_before
     out.data(
         [
             {**r.model_dump(mode="json", exclude={"spec", "events"}), "steps_done": _steps(r)}
@@ -108,6 +122,11 @@ def list_runs(
         ],
         cut=("REASON",),  # run ids, names and counts whole; the reason on one line
     )
+    if more:
+        again = [f"--limit {limit}"] if limit != LS_LIMIT else []
+        again += [f"--status {status}"] if status else []
+        again += ["--steps"] if steps else []
+        out.info(f"[dim]older runs: sf job ls {' '.join([*again, '--before', more])}[/dim]")
 
 
 def _steps(view: RunView) -> str:

@@ -191,11 +191,17 @@ class Client:
         return self._post("/jobs", api.SubmitResponse, request)
 
     def list_runs(
-        self, *, limit: int = 50, status: str | None = None, hide_steps: bool = False
+        self,
+        *,
+        limit: int = 50,
+        status: str | None = None,
+        hide_steps: bool = False,
+        before: str | None = None,
     ) -> api.RunList:
-        if hide_steps:  # only when asked: the query stays what older servers knew
-            return self._get("/runs", api.RunList, limit=limit, status=status, hide_steps="true")
-        return self._get("/runs", api.RunList, limit=limit, status=status)
+        """A page of runs, newest first; ``before``: the previous page's ``next_before``."""
+        # Each parameter only when asked: the query stays what older servers knew.
+        flags = {"hide_steps": "true"} if hide_steps else {}
+        return self._get("/runs", api.RunList, limit=limit, status=status, before=before, **flags)
 
     def export_run(self, ref: str, body: api.ExportRequest) -> api.SubmitResponse:
         return self._post(f"/runs/{ref}/export", api.SubmitResponse, body)

@@ -191,6 +191,8 @@ class ExportRequest(Contract):
 
 class RunList(Contract):
     runs: list[RunView]
+    # The next page's ``before`` (the last run's id) when older runs exist; None on the last page.
+    next_before: str | None = None
 
 
 class ActionResult(Contract):

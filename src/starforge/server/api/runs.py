@@ -54,8 +54,10 @@ def list_runs(
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     status: JobStatus | None = None,
     hide_steps: bool = False,
+    before: Annotated[str | None, Query(max_length=64)] = None,
 ) -> RunList:
-    return RunList(runs=jobs.list_runs(rt, user, limit=limit, status=status, hide_steps=hide_steps))
+    """A page of runs, newest first; ``before`` is the previous page's ``next_before``."""
+    return jobs.page(rt, user, limit=limit, status=status, hide_steps=hide_steps, before=before)
 
 
 @router.get("/runs/{ref}", response_model=RunView)

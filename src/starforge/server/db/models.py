@@ -111,14 +111,19 @@ class Run(Base):
         UniqueConstraint("user", "idempotency_key", name="uq_runs_user_idem"),
         # The queue's order: a submit's place is a COUNT over index entries alone (0020).
         Index("ix_runs_queue_order", "status", "priority", "created_at", "id"),
+        # Listings newest first, one per filter, each paged by keyset on (created_at, id) (0026).
+        Index("ix_runs_user_created", "user", "created_at", "id"),
+        Index("ix_runs_user_status_created", "user", "status", "created_at", "id"),
+        Index("ix_runs_created", "created_at", "id"),
+        Index("ix_runs_status_created", "status", "created_at", "id"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    user: Mapped[str] = mapped_column(String(100), index=True)
+    user: Mapped[str] = mapped_column(String(100))
     project: Mapped[str] = mapped_column(String(100))
     experiment: Mapped[str] = mapped_column(String(100))
     method: Mapped[str] = mapped_column(String(200))
-    status: Mapped[str] = mapped_column(String(20), index=True)
+    status: Mapped[str] = mapped_column(String(20))
     end_reason: Mapped[str | None] = mapped_column(String(40), nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     reason: Mapped[str] = mapped_column(Text, default="")

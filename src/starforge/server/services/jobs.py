@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import Connection, bindparam, func, select
+from sqlalchemy import ColumnElement, Connection, bindparam, func, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
@@ -27,6 +27,7 @@ from starforge.contract.api import (
     AttemptView,
     EventView,
     Quota,
+    RunList,
     RunView,
     SubmitRequest,
     SubmitResponse,
@@ -433,21 +434,61 @@ def list_runs(
     limit: int = 50,
     status: JobStatus | None = None,
     hide_steps: bool = False,
+    before: str | None = None,
 ) -> list[RunView]:
+    return page(rt, user, limit=limit, status=status, hide_steps=hide_steps, before=before).runs
+
+
+# A listing's order, newest first; the indexes ix_runs_user_created (a user's own runs),
+# ix_runs_user_status_created (with --status) and ix_runs_created (an operator's view of everyone's)
+# serve it in this order, so a page reads its ``limit`` rows and never the history behind them.
+_NEWEST_FIRST = (Run.created_at.desc(), Run.id.desc())
+
+
+def page(
+    rt: Runtime,
+    user: str,
+    *,
+    limit: int = 50,
+    status: JobStatus | None = None,
+    hide_steps: bool = False,
+    before: str | None = None,
+) -> RunList:
+    """One page of the runs ``user`` may see, newest first; ``before`` (the ``next_before`` of the
+    previous page: a run id) starts it after that run in this order (keyset pagination: a run
+    submitted between two pages never shifts the second, and the pages never overlap).
+    ``next_before`` is set when an older run exists."""
     with rt.reading() as session:
         query = select(Run).where(users.visible_runs(user)).options(selectinload(Run.attempts))
         if status is not None:
             query = query.where(Run.status == status.value)
         if hide_steps:  # a pipeline is one row; `sf job ls --steps` shows its step runs too
-            query = query.where(Run.id.not_in(pipelines.step_run_ids()))
-        rows = session.scalars(
-            query.order_by(Run.created_at.desc(), Run.id.desc()).limit(limit)
-        ).all()
+            query = query.where(~pipelines.is_step_run())
+        if before is not None:
+            query = query.where(*_older_than(session, user, before))
+        rows = list(session.scalars(query.order_by(*_NEWEST_FIRST).limit(limit + 1)).all())
+        more = len(rows) > limit
+        rows = rows[:limit]
         views = [view(rt, r, full=False) for r in rows]
         queue.explain(rt, session, list(zip(rows, views, strict=True)))
         pipelines.attach(session, rows, views)
         hide_others(session, user, views)
-    return views
+    return RunList(runs=views, next_before=rows[-1].id if more and rows else None)
+
+
+def _older_than(session: Session, user: str, run_id: str) -> list[ColumnElement[bool]]:
+    """The keyset condition "after ``run_id`` in newest-first order"; the range bound on
+    ``created_at`` alone lets either database seek the index to it."""
+    cursor = session.execute(
+        select(Run.created_at, Run.id).where(Run.id == run_id, users.visible_runs(user))
+    ).first()
+    if cursor is None:
+        raise RunNotFound(
+            f"no run {run_id!r} to list from",
+            hint="give --before the run id a previous page ended with (its next_before)",
+        )
+    at, rid = cursor
+    return [Run.created_at <= at, or_(Run.created_at < at, Run.id < rid)]
 
 
 def count_runs(rt: Runtime, user: str) -> int:

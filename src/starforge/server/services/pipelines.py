@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import Select, bindparam, or_, select
+from sqlalchemy import Exists, bindparam, or_, select
 from sqlalchemy.orm import Session
 
 from starforge.contract.api import RunView, StepView
@@ -56,9 +56,10 @@ def attach(session: Session, rows: Sequence[Run], views: Sequence[RunView]) -> N
         ]
 
 
-def step_run_ids() -> Select[tuple[str]]:
-    """The ids of every step run (a listing without ``--steps`` leaves them out)."""
-    return select(RunStep.run_id)
+def is_step_run() -> Exists:
+    """Whether a run is a step run (a listing without ``--steps`` leaves them out): a probe of
+    ``run_steps``' key per run listed, never a read of every step run."""
+    return select(RunStep.run_id).where(RunStep.run_id == Run.id).exists()
 
 
 def succeeded_step(session: Session, root_run_id: str, action: str) -> Run | None:
