@@ -25,8 +25,9 @@ NEXT_PAGE = re.compile(r"older runs: sf job ls (.*)$", re.MULTILINE)
 START = datetime(2025, 3, 1, tzinfo=UTC)
 
 
-def add_runs(home: Path, user: str, made: dict[str, datetime]) -> None:
-    """Finished runs of ``user`` created at the given times, written beside the server."""
+def add_runs(home: Path, user: str, made: dict[str, datetime], project: str = "pages") -> None:
+    """Finished runs of ``user`` in ``project`` created at the given times, written beside the
+    server."""
     engine = make_engine(load_settings(home).db_url)
     try:
         with make_sessions(engine).begin() as session:
@@ -34,7 +35,7 @@ def add_runs(home: Path, user: str, made: dict[str, datetime]) -> None:
                 Run(
                     id=run_id,
                     user=user,
-                    project="pages",
+                    project=project,
                     experiment="e",
                     method="custom/custom",
                     status="succeeded",
@@ -106,6 +107,15 @@ def test_api_pages_follow_next_before_to_the_last_page(server_home: Path) -> Non
             before = page.next_before
     assert mine(listed, "api") == expected
     assert "r-apinewest" not in listed and len(listed) == len(set(listed))
+
+
+def test_a_projects_runs_are_listed_apart_from_the_others(server_home: Path) -> None:
+    with client_of(server_home) as client:
+        owner = client.whoami().user
+        add_runs(server_home, owner, {"r-elsewhere1": START}, project="elsewhere")
+        add_runs(server_home, owner, {"r-projpage1": START}, project="projpage")
+        listed = client.list_runs(limit=1000, project="projpage")
+    assert [r.run_id for r in listed.runs] == ["r-projpage1"] and listed.next_before is None
 
 
 def test_a_page_after_an_unknown_run_is_refused_with_what_to_give(

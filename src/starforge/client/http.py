@@ -197,11 +197,20 @@ class Client:
         status: str | None = None,
         hide_steps: bool = False,
         before: str | None = None,
+        project: str | None = None,
     ) -> api.RunList:
         """A page of runs, newest first; ``before``: the previous page's ``next_before``."""
         # Each parameter only when asked: the query stays what older servers knew.
         flags = {"hide_steps": "true"} if hide_steps else {}
-        return self._get("/runs", api.RunList, limit=limit, status=status, before=before, **flags)
+        return self._get(
+            "/runs",
+            api.RunList,
+            limit=limit,
+            status=status,
+            before=before,
+            project=project,
+            **flags,
+        )
 
     def export_run(self, ref: str, body: api.ExportRequest) -> api.SubmitResponse:
         return self._post(f"/runs/{ref}/export", api.SubmitResponse, body)

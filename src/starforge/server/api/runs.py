@@ -55,9 +55,12 @@ def list_runs(
     status: JobStatus | None = None,
     hide_steps: bool = False,
     before: Annotated[str | None, Query(max_length=64)] = None,
+    project: Annotated[str | None, Query(max_length=100)] = None,
 ) -> RunList:
     """A page of runs, newest first; ``before`` is the previous page's ``next_before``."""
-    return jobs.page(rt, user, limit=limit, status=status, hide_steps=hide_steps, before=before)
+    return jobs.page(
+        rt, user, limit=limit, status=status, hide_steps=hide_steps, before=before, project=project
+    )
 
 
 @router.get("/runs/{ref}", response_model=RunView)

@@ -116,6 +116,7 @@ class Run(Base):
         Index("ix_runs_user_status_created", "user", "status", "created_at", "id"),
         Index("ix_runs_created", "created_at", "id"),
         Index("ix_runs_status_created", "status", "created_at", "id"),
+        Index("ix_runs_project_created", "project", "created_at", "id"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)

@@ -439,9 +439,9 @@ def list_runs(
     return page(rt, user, limit=limit, status=status, hide_steps=hide_steps, before=before).runs
 
 
-# A listing's order, newest first; the indexes ix_runs_user_created (a user's own runs),
-# ix_runs_user_status_created (with --status) and ix_runs_created (an operator's view of everyone's)
-# serve it in this order, so a page reads its ``limit`` rows and never the history behind them.
+# A listing's order, newest first; an index per filter serves it in this order (migration 0026:
+# a user's own runs, with a status, everyone's, with a status, a project's), so a page reads its
+# ``limit`` rows and never the history behind them.
 _NEWEST_FIRST = (Run.created_at.desc(), Run.id.desc())
 
 
@@ -453,15 +453,18 @@ def page(
     status: JobStatus | None = None,
     hide_steps: bool = False,
     before: str | None = None,
+    project: str | None = None,
 ) -> RunList:
-    """One page of the runs ``user`` may see, newest first; ``before`` (the ``next_before`` of the
-    previous page: a run id) starts it after that run in this order (keyset pagination: a run
-    submitted between two pages never shifts the second, and the pages never overlap).
-    ``next_before`` is set when an older run exists."""
+    """One page of the runs ``user`` may see (of ``project`` when given), newest first;
+    ``before`` (the ``next_before`` of the previous page: a run id) starts it after that run in
+    this order (keyset pagination: a run submitted between two pages never shifts the second, and
+    the pages never overlap). ``next_before`` is set when an older run exists."""
     with rt.reading() as session:
         query = select(Run).where(users.visible_runs(user)).options(selectinload(Run.attempts))
         if status is not None:
             query = query.where(Run.status == status.value)
+        if project is not None:
+            query = query.where(Run.project == project)
         if hide_steps:  # a pipeline is one row; `sf job ls --steps` shows its step runs too
             query = query.where(~pipelines.is_step_run())
         if before is not None:

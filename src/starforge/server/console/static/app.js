@@ -190,16 +190,29 @@ async function projectsPage() {
   });
   main.innerHTML = `
     <div class="page-head"><h1>Projects</h1>
-      <span class="sub">grouped by the name in each lab's starforge.yaml</span></div>
+      <span class="sub">grouped by the name in each lab's starforge.yaml, from the latest
+      ${runs.length} runs</span></div>
     <div class="cards">${cards.join("")}</div>`;
 }
+
+const PAGE = 50; // runs per page of a project's list
 
 async function projectPage(project, query) {
   const filter = query.get("status") || "all";
   crumbs([["projects", "#/"], [project]]);
+  let pages = 1;
   const render = async () => {
-    const { runs: all } = await api("/runs?limit=1000");
-    const mine = all.filter((r) => r.project === project);
+    // The pages asked for so far, each a keyset page of this project's runs (newest first), so
+    // the page reads what it shows and never the project's whole history.
+    const mine = [];
+    let before = null;
+    for (let i = 0; i < pages; i++) {
+      const page = await api(`/runs?limit=${PAGE}&project=${encodeURIComponent(project)}` +
+        (before ? `&before=${encodeURIComponent(before)}` : ""));
+      mine.push(...page.runs);
+      before = page.next_before;
+      if (!before) break;
+    }
     const shown = mine.filter((r) => filter === "all" || (filter === "active"
       ? ACTIVE.has(r.status) : r.status === filter));
     const progress = shown.length
@@ -221,7 +234,7 @@ async function projectPage(project, query) {
       </tr>`).join("");
     main.innerHTML = `
       <div class="page-head"><h1>${esc(project)}</h1>
-        <span class="sub">${mine.length} run${mine.length === 1 ? "" : "s"}</span></div>
+        <span class="sub">${before ? "the latest " : ""}${mine.length} run${mine.length === 1 ? "" : "s"}</span></div>
       <div class="filters">${chips}</div>
       <div class="panel">
         ${shown.length ? `<table id="runs"><thead><tr><th>Run</th><th>Experiment</th>
@@ -229,7 +242,10 @@ async function projectPage(project, query) {
           <th class="num">Steps</th><th>Submitted</th><th class="num">Duration</th><th>Why</th>
           </tr></thead><tbody>${rows}</tbody></table>`
           : `<div class="empty">No ${filter === "all" ? "" : filter + " "}runs.</div>`}
+        ${before ? `<button id="older">Older runs</button>` : ""}
       </div>${await sweepsPanel(project).catch(() => "")}`;
+    const older = document.getElementById("older");
+    if (older) older.addEventListener("click", () => { pages += 1; render().catch(() => {}); });
   };
   await render();
   every(5000, () => render().catch(() => {}));

@@ -2,8 +2,9 @@
 
 ``GET /runs`` orders by ``(created_at, id)`` descending and pages by keyset on that pair; each
 of its filters has an index in that order: a user's own runs (``user``), with ``--status``
-(``user, status``), and an operator's view of everyone's, with or without ``--status``. The two
-one-column indexes they replace (``user``, ``status``) are prefixes of the new ones.
+(``user, status``), an operator's view of everyone's, with or without ``--status``, and a
+project's (the console's project page). The two one-column indexes they replace (``user``,
+``status``) are prefixes of the new ones.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ NEW = {
     "ix_runs_user_status_created": ["user", "status", "created_at", "id"],
     "ix_runs_created": ["created_at", "id"],
     "ix_runs_status_created": ["status", "created_at", "id"],
+    "ix_runs_project_created": ["project", "created_at", "id"],
 }
 OLD = {"ix_runs_user": ["user"], "ix_runs_status": ["status"]}
 
