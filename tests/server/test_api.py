@@ -214,7 +214,7 @@ def test_an_unexpected_error_is_internal_without_a_traceback(
     def boom(*_: object, **__: object) -> None:
         raise RuntimeError("secret detail")
 
-    monkeypatch.setattr(jobs, "list_runs", boom)
+    monkeypatch.setattr(jobs, "page", boom)
     app = create_app(settings, executor=executor, run_loops=False)
     with TestClient(app, raise_server_exceptions=False) as c:
         token = (settings.server_dir / "local-token").read_text().strip()
