@@ -121,3 +121,17 @@ def test_a_request_field_made_required_or_removed_breaks_the_old_client() -> Non
         f"old client -> {ROUTE} request.user: required by the reader, not sent",
         f"old client -> {ROUTE} request.retries: sent, refused by the reader as unknown",
     ]
+
+
+def test_a_new_value_the_server_tells_old_clients_otherwise_breaks_nothing_for_them() -> None:
+    class RunNext(Contract):
+        run_id: str
+        status: StatusNext
+        reason: str = ""
+
+    new = wire(Submit, RunNext)
+    told = frozenset({"hibernating"})
+    assert breaks(OLD, new, clients=True, servers=True, told_otherwise=told) == []
+    assert breaks(OLD, new, clients=True, servers=True, told_otherwise=frozenset({"x"})) == [
+        f"{ROUTE} answer -> old client.status: ['hibernating'] unknown to the reader"
+    ]

@@ -11,6 +11,8 @@ that the other cannot read:
 
 Every field a writer has is taken as sent (both sides dump whole models). Answers are read
 leniently (unknown fields ignored); requests strictly. Types other than these are not compared.
+A value the new server answers the old release's clients with another they know
+(``contract/answering.py``) is not sent to them as it is: ``breaks(..., told_otherwise=...)``.
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ def _node(schema: dict[str, Any], root: dict[str, Any]) -> _Node:
 @dataclass
 class _Pass:
     found: list[str] = field(default_factory=list)
-    seen: set[tuple[int, int, bool]] = field(default_factory=set)
+    seen: set[tuple[int, int, bool, frozenset[str]]] = field(default_factory=set)
 
     def compare(
         self,
@@ -85,13 +87,15 @@ class _Pass:
         reader: tuple[dict[str, Any], dict[str, Any]],
         strict: bool,
         where: str,
+        unsent: frozenset[str] = frozenset(),
     ) -> None:
-        key = (id(_resolve(*writer)), id(_resolve(*reader)), strict)
+        key = (id(_resolve(*writer)), id(_resolve(*reader)), strict, unsent)
         if key in self.seen:
             return
         self.seen.add(key)
         w, r = _node(*writer), _node(*reader)
-        if w.values is not None and r.values is not None and (extra := w.values - r.values):
+        sent = None if w.values is None else {v for v in w.values if str(v) not in unsent}
+        if sent is not None and r.values is not None and (extra := sent - r.values):
             self.found.append(f"{where}: {sorted(map(str, extra))} unknown to the reader")
         if w.nullable and not r.nullable:
             self.found.append(f"{where}: null where the reader needs a value")
@@ -99,12 +103,12 @@ class _Pass:
             self.found.append(f"{where}.{name}: required by the reader, not sent")
         for name, sub in w.properties.items():
             if name in r.properties:
-                self.compare(sub, r.properties[name], strict, f"{where}.{name}")
+                self.compare(sub, r.properties[name], strict, f"{where}.{name}", unsent)
             elif strict and r.closed:
                 self.found.append(f"{where}.{name}: sent, refused by the reader as unknown")
         for w_item in w.items:
             for r_item in r.items:
-                self.compare(w_item, r_item, strict, f"{where}[]")
+                self.compare(w_item, r_item, strict, f"{where}[]", unsent)
 
 
 def _bodies(openapi: dict[str, Any]) -> dict[tuple[str, str, str], dict[str, Any]]:
@@ -126,12 +130,20 @@ def _bodies(openapi: dict[str, Any]) -> dict[tuple[str, str, str], dict[str, Any
     return found
 
 
-def breaks(old: dict[str, Any], new: dict[str, Any], *, clients: bool, servers: bool) -> list[str]:
+def breaks(
+    old: dict[str, Any],
+    new: dict[str, Any],
+    *,
+    clients: bool,
+    servers: bool,
+    told_otherwise: frozenset[str] = frozenset(),
+) -> list[str]:
     """Every message that one release writes and the other cannot read.
 
     ``clients``: the new server still accepts the old release's clients and runners (their
     requests, its answers to them, its bindings and log events). ``servers``: the new client
-    still talks to the old release's servers (its requests to them, their answers)."""
+    still talks to the old release's servers (its requests to them, their answers).
+    ``told_otherwise``: values the new server answers the old release's clients with others."""
     check = _Pass()
     old_api, new_api = old["openapi"], new["openapi"]
     old_bodies, new_bodies = _bodies(old_api), _bodies(new_api)
@@ -148,7 +160,7 @@ def breaks(old: dict[str, Any], new: dict[str, Any], *, clients: bool, servers: 
                 check.compare(n, o, True, f"new client -> old server {where}")
         else:
             if clients:
-                check.compare(n, o, False, f"{where} -> old client")
+                check.compare(n, o, False, f"{where} -> old client", told_otherwise)
             if servers:
                 check.compare(o, n, False, f"old server {where} -> new client")
     for name, old_model in old.get("models", {}).items():
@@ -156,7 +168,8 @@ def breaks(old: dict[str, Any], new: dict[str, Any], *, clients: bool, servers: 
         if new_model is None:
             continue
         if clients:
-            check.compare((new_model, new_model), (old_model, old_model), False, f"{name} -> old")
+            new_side, old_side = (new_model, new_model), (old_model, old_model)
+            check.compare(new_side, old_side, False, f"{name} -> old", told_otherwise)
         if servers:
             check.compare((old_model, old_model), (new_model, new_model), False, f"old {name} ->")
     return check.found

@@ -13,10 +13,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
+from starforge.contract.answering import AnsweredEndReason
 from starforge.contract.base import Contract
 from starforge.contract.jobspec import JobSpec, Manifest, check_finite
 from starforge.contract.profiles import Pool, ProfileDef
-from starforge.contract.states import EndReason, JobStatus
+from starforge.contract.states import JobStatus, RunnerEndReason
 from starforge.contract.wire import API_PREFIX as API_PREFIX
 from starforge.contract.wire import CLIENT_VERSION_HEADER as CLIENT_VERSION_HEADER
 from starforge.contract.wire import RUN_TOKEN_HEADER as RUN_TOKEN_HEADER
@@ -92,7 +93,7 @@ class AttemptView(Contract):
     started_at: datetime | None = None
     ended_at: datetime | None = None
     exit_code: int | None = None
-    end_reason: EndReason | None = None
+    end_reason: AnsweredEndReason | None = None
     log_path: str
     resumed_from: str | None = None  # the checkpoint this attempt started from
     heartbeat_at: datetime | None = None  # the latest heartbeat of any of its runners
@@ -126,7 +127,7 @@ class RunView(Contract):
     experiment: str
     method: str
     status: JobStatus
-    end_reason: EndReason | None = None
+    end_reason: AnsweredEndReason | None = None
     exit_code: int | None = None
     reason: str = ""  # why it is in its status now (e.g. why it is still queued)
     profiles: list[str]
@@ -223,7 +224,7 @@ class LifecycleEvent(Contract):
     # its attempt is over (the control plane decided so), and the runner stops its training.
     event: Literal["starting", "running", "exited", "heartbeat"]
     exit_code: int | None = Field(default=None, ge=EXIT_CODE_MIN, le=EXIT_CODE_MAX)
-    end_reason: EndReason | None = None
+    end_reason: RunnerEndReason | None = None
     message: str = ""
 
 
@@ -378,7 +379,7 @@ class StreamEnd(Contract):
     """The run is final and every byte of its last attempt was sent; the stream closes."""
 
     status: JobStatus
-    end_reason: EndReason | None = None
+    end_reason: AnsweredEndReason | None = None
     exit_code: int | None = None
 
 

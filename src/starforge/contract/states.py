@@ -18,6 +18,7 @@ records when they all ended or one failed (``server/services/lifecycle.decide``)
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 
 class JobStatus(StrEnum):
@@ -47,10 +48,31 @@ class EndReason(StrEnum):
     OOM = "oom"  # killed for memory
     NODE_LOST = "node_lost"  # a runner vanished or stopped beating without reporting an exit
     STOPPED_BY_USER = "stopped_by_user"  # `sf job stop`
+    EARLY_STOPPED = "early_stopped"  # its sweep ruled it out at a rung (ASHA); since 0.2.0
     PAUSED_BY_USER = "paused_by_user"  # `sf job pause`: checkpointed and released its GPUs
     PREEMPTED = "preempted"  # the executor took the resources back
     STARTUP_FAILED = "startup_failed"  # the runner could not be started or could not prepare
 
+
+# Values added to an answer's enum after the first release: the release that added each, and the
+# value a client older than that is answered instead (docs/releases.md: a client is sent only
+# values it can read; the server applies this, ``contract/answering.py``).
+NEWER_VALUES: dict[EndReason, tuple[str, EndReason]] = {
+    EndReason.EARLY_STOPPED: ("0.2.0", EndReason.STOPPED_BY_USER),
+}
+
+# What a runner may say of its node's end: not an end reason only the platform decides (a sweep's
+# early stop), so a runner never claims one, and a runner's report reads on older servers too.
+RunnerEndReason = Literal[
+    EndReason.COMPLETED,
+    EndReason.EXIT_NONZERO,
+    EndReason.OOM,
+    EndReason.NODE_LOST,
+    EndReason.STOPPED_BY_USER,
+    EndReason.PAUSED_BY_USER,
+    EndReason.PREEMPTED,
+    EndReason.STARTUP_FAILED,
+]
 
 S = JobStatus
 TERMINAL: frozenset[JobStatus] = frozenset({S.SUCCEEDED, S.FAILED, S.STOPPED})

@@ -17,12 +17,13 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from starforge.contract import params
+from starforge.contract.answering import AnsweredEndReason
 from starforge.contract.api import ActionResult, RunView, SubmitResponse
 from starforge.contract.base import Contract
 from starforge.contract.errors import ParamError, UsageError
 from starforge.contract.jobspec import JobSpec, Manifest, check_finite
 from starforge.contract.params import Param
-from starforge.contract.states import EndReason, JobStatus
+from starforge.contract.states import JobStatus
 
 MAX_VARIANTS = 64  # the closed StarForge's cap on one sweep
 MAX_RUNGS = 16
@@ -124,7 +125,7 @@ class VariantView(Contract):
     index: int
     params: dict[str, Any]
     status: JobStatus
-    end_reason: EndReason | None = None
+    end_reason: AnsweredEndReason | None = None
     reason: str = ""
     metric: float | None = None  # the latest reported value of the sweep's metric
     step: int | None = None  # the step of that value

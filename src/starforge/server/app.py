@@ -26,6 +26,7 @@ from starforge import __version__
 from starforge.contract.api import API_PREFIX
 from starforge.server import fence
 from starforge.server.api import (
+    answers,
     auth,
     blobs,
     bodies,
@@ -140,6 +141,7 @@ def create_app(
 
     app = FastAPI(title="StarForge", version=__version__, lifespan=lifespan)
     errors.install(app)
+    app.add_middleware(answers.ForClient)  # answers an older client in values it knows
     app.add_middleware(gate.Gatekeeper, api=app)  # inside BodyLimit: a declared 413 costs no read
     app.add_middleware(
         bodies.BodyLimit, limit=lambda method, path: bodies.limit_for(settings, method, path)
