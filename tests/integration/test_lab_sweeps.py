@@ -9,8 +9,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
+from starforge import __version__
+from starforge.client import config
+from starforge.contract.api import API_PREFIX, CLIENT_VERSION_HEADER
 from starforge.project import experiments
 from starforge.project.lab import Lab
 from tests.conftest import Result, commit_all
@@ -212,9 +216,11 @@ def test_a_sweep_two_at_a_time_rules_out_what_synchronous_halving_would(
     (best,) = set(runs) - set(expected)
     assert statuses[best] == "succeeded"
     for r, rung in expected.items():
+        assert views[r]["end_reason"] == "early_stopped", views[r]
         assert str(views[r]["reason"]).startswith(
-            f"early-stopped by sweep {sweep_id} at rung {rung}: loss="
-        )
+            f"early-stopped by sweep {sweep_id} at rung {rung}: loss={loss_at(sf, r, rung):.6g} "
+            "not in top 1/2"
+        ), views[r]["reason"]
         steps: Any = sf("job", "metrics", r, "-k", "loss", "--json").json()
         assert max(max(s["steps"]) for s in steps["series"]) < 40  # none ran to the end
     assert most_at_once(views) <= 2  # the quota held throughout
@@ -228,6 +234,21 @@ def test_a_sweep_two_at_a_time_rules_out_what_synchronous_halving_would(
     assert isinstance(status, dict)
     assert status["variants"][0]["run_id"] == best  # the one that finished leads
     assert [v["rank"] for v in status["variants"]] == [1, 2, 3, 4, 5, 6]
+    shown = {v["run_id"]: v["end_reason"] for v in status["variants"]}
+    assert shown == {best: "completed", **{r: "early_stopped" for r in expected}}
     table = sf("sweep", "status", sweep_id)
     assert table.code == 0 and "learning_rate" in table.out and "LOSS" in table.out
     assert json.dumps(status)  # a JSON document for scripts
+
+    # A client before 0.2.0 knows no early_stopped: the server tells it stopped_by_user.
+    server = config.find_server()
+    assert server is not None
+    out = next(iter(expected))
+    for client, said in (("0.1.0", "stopped_by_user"), (__version__, "early_stopped")):
+        headers = {"Authorization": f"Bearer {server.token}", CLIENT_VERSION_HEADER: client}
+        with httpx.Client(base_url=server.url + API_PREFIX, headers=headers) as http:
+            run = http.get(f"/runs/{out}")
+            assert run.json()["end_reason"] == said
+            assert ("early_stopped" in run.text) is (said == "early_stopped")  # attempts too
+            listed: Any = http.get(f"/sweeps/{sweep_id}").json()
+            assert {v["end_reason"] for v in listed["variants"]} == {"completed", said}

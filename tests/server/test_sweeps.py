@@ -8,12 +8,12 @@ import pytest
 
 from starforge.contract.errors import NotFound, ParamError
 from starforge.contract.jobspec import InputKind, InputRef, Inputs
-from starforge.contract.states import JobStatus
+from starforge.contract.states import EndReason, JobStatus
 from starforge.contract.sweeps import EarlyStop, SweepRequest
 from starforge.server.db.metrics import MetricPoint
 from starforge.server.db.models import Run
 from starforge.server.runtime import Runtime
-from starforge.server.services import actions, sweeps
+from starforge.server.services import actions, jobs, lifecycle, sweeps
 
 from .factories import FakeExecutor, package, report, run_row, schedule, spec
 
@@ -134,6 +134,7 @@ def test_asha_stops_the_worst_half_at_the_first_rung_and_status_ranks_them(
     assert run_row(rt, ids[5]).status == JobStatus.STOPPED
     sweeps.early_stop_pass(rt)
     assert run_row(rt, ids[5]).reason.startswith("early-stopped by sweep")  # not "by user"
+    assert run_row(rt, ids[5]).end_reason == EndReason.EARLY_STOPPED
 
     view = sweeps.get(rt, "alice", created.sweep_id)
     assert [v.run_id for v in view.variants] == [ids[0], ids[3], ids[1], ids[4], ids[2], ids[5]]
@@ -164,3 +165,46 @@ def test_a_variant_its_user_paused_is_never_resumed_by_the_sweep(
     sweeps.early_stop_pass(rt)
     assert run_row(rt, ids[1]).status == JobStatus.QUEUED  # the sweep's hold is released
     assert run_row(rt, ids[0]).status == JobStatus.PAUSED  # the user's pause is not
+
+
+def test_a_ruled_out_variant_ends_early_stopped_naming_sweep_rung_and_metric(
+    rt: Runtime, executor: FakeExecutor
+) -> None:
+    rule = EarlyStop(metric="loss", rungs=[5], keep=2, mode="min")
+    created = sweeps.submit(rt, "alice", sft_request(rt, GRID[:4], rule))
+    ids = [r.run_id for r in created.runs]
+    start(rt, ids)
+    for run_id, loss in zip(ids, [0.1, 0.2, 2.31, 0.4], strict=True):
+        log_metric(rt, run_id, {5: loss})
+    assert sweeps.early_stop_pass(rt) == 2
+    out = run_row(rt, ids[2])
+    assert out.status == JobStatus.STOPPING and out.end_reason == EndReason.EARLY_STOPPED
+    report(rt, ids[2], "exited", exit_code=143)  # its runner saw SIGTERM and exited
+    shown = jobs.get(rt, "alice", ids[2])
+    assert shown.status is JobStatus.STOPPED and shown.end_reason is EndReason.EARLY_STOPPED
+    assert shown.reason.startswith(
+        f"early-stopped by sweep {created.sweep_id} at rung 5: loss=2.31 not in top 1/2"
+    )
+    assert shown.attempts[-1].end_reason is EndReason.EARLY_STOPPED
+
+    assert actions.stop(rt, "alice", ids[0]).accepted  # its user's stop stays a user's
+    report(rt, ids[0], "exited", exit_code=143)
+    mine = jobs.get(rt, "alice", ids[0])
+    assert (mine.status, mine.end_reason, mine.reason) == (
+        JobStatus.STOPPED, EndReason.STOPPED_BY_USER, "stopped by user",
+    )  # fmt: skip
+
+
+def test_a_variant_that_holds_nothing_is_early_stopped_at_once(rt: Runtime) -> None:
+    created = sweeps.submit(rt, "alice", sft_request(rt, GRID[:1]))
+    run_id = created.runs[0].run_id
+    why = lifecycle.Stop(EndReason.EARLY_STOPPED, f"early-stopped by sweep {created.sweep_id}")
+    with rt.transaction() as session:
+        run = session.get(Run, run_id)
+        assert run is not None and run.status == JobStatus.QUEUED
+        assert actions.begin_stop(session, run, actor=f"sweep {created.sweep_id}", why=why) == []
+    stopped = run_row(rt, run_id)
+    assert (stopped.status, stopped.end_reason, stopped.reason) == (
+        JobStatus.STOPPED, EndReason.EARLY_STOPPED, why.reason,
+    )  # fmt: skip
+    assert stopped.events[-1].actor == f"sweep {created.sweep_id}"

@@ -7,7 +7,8 @@ that dies in between leaves a run whose status says what to finish; the reconcil
 stop or pause whose grace period ran out while no server was there to send SIGKILL.
 
 - ``stop``: a run that holds nothing (queued, paused) is ``stopped`` at once; an active one goes
-  ``stopping``: SIGTERM to its process groups, SIGKILL after ``stop_grace_s``.
+  ``stopping``: SIGTERM to its process groups, SIGKILL after ``stop_grace_s``. A sweep's early
+  stop takes the same step (:func:`begin_stop`) with its own end reason (``early_stopped``).
 - ``pause``: a queued run is held (``paused``, never started); an active one goes ``pausing``:
   SIGTERM (the training saves a checkpoint and exits), SIGKILL after ``pause_grace_s``; when its
   runners exit it is ``paused`` and its GPUs are free.
@@ -94,21 +95,34 @@ def stop(rt: Runtime, user: str, ref: str) -> ActionResult:
     """Stop a run: at once when it holds nothing, else through ``stopping`` and its runners."""
 
     def decide(session: Session, run: Run) -> tuple[str, list[str]]:
-        if S(run.status) in ACTIVE:
-            reason = lifecycle.STOP_REQUESTED
-            statemachine.transition(session, run, S.STOPPING, reason=reason, actor=user)
-            return f"run {run.id} is stopping", live_refs(run.current)
-        statemachine.transition(
-            session,
-            run,
-            S.STOPPED,
-            reason="stopped by user",
-            actor=user,
-            end_reason=EndReason.STOPPED_BY_USER,
-        )
+        refs = begin_stop(session, run, actor=user)
+        if S(run.status) is S.STOPPING:
+            return f"run {run.id} is stopping", refs
         return f"run {run.id} stopped (it held no resources)", []
 
     return _act(rt, user, ref, "stop", STOPPABLE, decide, rt.settings.stop_grace_s)
+
+
+def begin_stop(
+    session: Session, run: Run, *, actor: str, why: lifecycle.Stop | None = None
+) -> list[str]:
+    """Stop ``run`` in the caller's transaction (``sf job stop``, a sweep's early stop): one that
+    holds nothing is ``stopped`` at once, an active one goes ``stopping``; return the nodes to
+    signal once it committed. ``why``, when the stop is not a user's (an early stop), is the end
+    reason and the words the run ends with; it is recorded now, with ``stopping``, so the end
+    of the attempt (``lifecycle.finish_attempt``) ends it so."""
+    end = why or lifecycle.USER_STOP
+    if S(run.status) in ACTIVE:
+        under_way = lifecycle.STOP_REQUESTED if why is None else why.reason
+        asked = None if why is None else why.end_reason
+        statemachine.transition(
+            session, run, S.STOPPING, reason=under_way, actor=actor, end_reason=asked
+        )
+        return live_refs(run.current)
+    statemachine.transition(
+        session, run, S.STOPPED, reason=end.reason, actor=actor, end_reason=end.end_reason
+    )
+    return []
 
 
 def pause(

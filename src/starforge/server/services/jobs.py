@@ -91,7 +91,7 @@ def queue_position(session: Session | Connection, run: Run) -> int | None:
     return queue.priority_position(session, run)
 
 
-def _response(
+def submit_response(
     session: Session | Connection, run: Run, *, created: bool, warnings: list[str]
 ) -> SubmitResponse:
     message = run.reason
@@ -125,10 +125,10 @@ def _replay(session: Session, run: Run, req: SubmitRequest) -> SubmitResponse:
             hint=f"use a new key for a new submission (`sf job status {run.id}` shows that run)",
             details={"run_id": run.id, "idempotency_key": req.idempotency_key},
         )
-    return _response(session, run, created=False, warnings=[])
+    return submit_response(session, run, created=False, warnings=[])
 
 
-def _new_run(user: str, req: SubmitRequest, admitted: admission.Admitted) -> Run:
+def new_run(user: str, req: SubmitRequest, admitted: admission.Admitted) -> Run:
     run = _run_row(user, req, admitted)
     run_lineage.record(run, admitted.init_from)  # where it starts from, kept in its spec
     return run
@@ -228,14 +228,14 @@ def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
         blobs.require_owned(rt, user, digests)  # never another user's uploads: names them
     admitted = admit_request(rt, user, req, context, storage)
     limits = context.limits
-    run = _new_run(user, req, admitted)
+    run = new_run(user, req, admitted)
     run.priority = limits.priority  # the queue orders by the user's priority at submit
     try:
         with rt.transaction() as session:
             # A racing request with the same key fails here, before the answer.
             statemachine.admit_now(session, run, reason="waiting for the scheduler", actor=user)
             conn = session.connection()  # the COUNT sees the two INSERTs admit_now wrote
-            response = _response(conn, run, created=True, warnings=admitted.warnings)
+            response = submit_response(conn, run, created=True, warnings=admitted.warnings)
     except IntegrityError:  # the same key committed meanwhile: answer with that run
         with rt.transaction() as session:
             existing = _find_by_key(session, user, req.idempotency_key)

@@ -98,8 +98,30 @@ def _decide_pause(nodes: Mapping[int, NodeRecord]) -> Decision | None:
     return Decision(JobStatus.PAUSED, EndReason.PAUSED_BY_USER, code, "paused by user")
 
 
-def decide(run_status: JobStatus, nodes: Mapping[int, NodeRecord]) -> Decision | None:
-    """How the attempt ends given its nodes' records (by rank), or None while it still goes."""
+@dataclass(frozen=True)
+class Stop:
+    """How a stop ends a run: its end reason and the words of its reason."""
+
+    end_reason: EndReason
+    reason: str
+
+
+USER_STOP = Stop(EndReason.STOPPED_BY_USER, "stopped by user")
+
+
+def stop_of(run: Run) -> Stop:
+    """How ``run``'s stop ends it: as the stop asked, when it recorded its end reason on the way
+    to ``stopping`` (an early stop: ``actions.begin_stop``), its words kept; else by user."""
+    if run.end_reason:
+        return Stop(EndReason(run.end_reason), run.reason)
+    return USER_STOP
+
+
+def decide(
+    run_status: JobStatus, nodes: Mapping[int, NodeRecord], stop: Stop = USER_STOP
+) -> Decision | None:
+    """How the attempt ends given its nodes' records (by rank), or None while it still goes;
+    a stopping run ends as ``stop`` says."""
     if run_status is JobStatus.PAUSING:
         return _decide_pause(nodes)
     exited = [(r, n) for r, n in sorted(nodes.items()) if n.exited]
@@ -109,13 +131,13 @@ def decide(run_status: JobStatus, nodes: Mapping[int, NodeRecord]) -> Decision |
     first_bad = bad[0] if bad else None
     code = first_bad[1].exit_code if first_bad else (exited[0][1].exit_code if exited else None)
     if run_status is JobStatus.STOPPING:
-        return Decision(JobStatus.STOPPED, EndReason.STOPPED_BY_USER, code, "stopped by user")
+        return Decision(JobStatus.STOPPED, stop.end_reason, code, stop.reason)
     if first_bad is None:
         return Decision(JobStatus.SUCCEEDED, EndReason.COMPLETED, 0, "completed")
     return _failure(*first_bad)
 
 
-# A user's stop while under way (``actions.stop``); it ends as "stopped by user".
+# A user's stop while under way (``actions.stop``); it ends as :data:`USER_STOP` says.
 STOP_REQUESTED = "stop requested by user"
 
 
@@ -234,7 +256,7 @@ def finish_attempt(
 
     With ``rt`` the auto-retry policy applies and a pause's reason names the kept checkpoint."""
     nodes = attempt.node_records()
-    decision = decide(JobStatus(run.status), nodes)
+    decision = decide(JobStatus(run.status), nodes, stop_of(run))
     if decision is None:
         return None
     attempt.ended_at = utcnow()
@@ -248,8 +270,6 @@ def finish_attempt(
     if rt is not None and decision.status is JobStatus.FAILED:  # a failed eval gate says so
         failure = gates.failure_reason(rt, run, decision.exit_code) or failure
     reason = failure + (verdict.note if verdict and not verdict.retry else "")
-    if decision.status is JobStatus.STOPPED and run.reason not in ("", STOP_REQUESTED):
-        reason = run.reason  # a stop that said why (a sweep's early stop) keeps saying it
     if decision.status is JobStatus.PAUSED and run.reason.startswith(asha.HOLD_PREFIX):
         reason = run.reason  # a sweep's hold keeps saying which rung it waits at
     if rt is not None and decision.status is JobStatus.PAUSED:

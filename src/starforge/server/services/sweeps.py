@@ -8,12 +8,13 @@ hyperparameters are the common ones plus the variant's.
 
 :func:`early_stop_pass` (the leader's sweep loop) applies ASHA (``services/asha``) to every sweep
 with early stopping that still has active variants, with actor ``sweep S-ID``: a variant ruled
-out goes ``stopping`` (reason naming the rung and the value; the stop keeps that reason once its
-runners exit, so ``sf job status`` says why it ended); a variant that must wait at its rung is
-held, ``pausing`` like ``sf job pause`` (its checkpoint saved, its GPUs and quota freed for the
-variants the rung waits on); a held variant that is promoted goes back to ``queued`` and continues
-from its checkpoint. Each decision is committed before any runner is signalled, and is taken
-again from the database (metrics, statuses, events) on every pass, so a killed pass is redone.
+out is stopped as ``sf job stop`` stops a run (``actions.begin_stop``) and ends ``early_stopped``,
+its reason naming the sweep, the rung and the metric's value; a variant that must wait at its
+rung is held, ``pausing`` like ``sf job pause`` (its checkpoint saved, its GPUs and quota freed
+for the variants the rung waits on); a held variant that is promoted goes back to ``queued`` and
+continues from its checkpoint. Each decision is committed before any runner is signalled, and is
+taken again from the database (metrics, statuses, events) on every pass, so a killed pass is
+redone.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from starforge.server.services import (
     blobs,
     checkpoints,
     jobs,
+    lifecycle,
     quotas,
     users,
 )
@@ -99,7 +101,7 @@ def _existing(session: Session, user: str, key: str) -> SweepCreated | None:
     return SweepCreated(
         sweep_id=sweep.id,
         created=False,
-        runs=[jobs._response(session, run, created=False, warnings=[]) for _, run in members],
+        runs=[jobs.submit_response(session, run, created=False, warnings=[]) for _, run in members],
     )
 
 
@@ -118,7 +120,7 @@ def submit(rt: Runtime, user: str, req: SweepRequest) -> SweepCreated:
         for key, value in variant.items():
             if value not in grid.setdefault(key, []):
                 grid[key].append(value)
-    runs = [jobs._new_run(user, r, a) for r, a in zip(requests, admitted, strict=True)]
+    runs = [jobs.new_run(user, r, a) for r, a in zip(requests, admitted, strict=True)]
     try:
         with rt.transaction() as session:
             session.add(
@@ -156,7 +158,7 @@ def submit(rt: Runtime, user: str, req: SweepRequest) -> SweepCreated:
         for run, a in zip(runs, admitted, strict=True):
             fresh = session.get(Run, run.id)
             assert fresh is not None
-            answers.append(jobs._response(session, fresh, created=True, warnings=a.warnings))
+            answers.append(jobs.submit_response(session, fresh, created=True, warnings=a.warnings))
     return SweepCreated(sweep_id=sweep_id, created=True, runs=answers)
 
 
@@ -377,21 +379,10 @@ def _hold_variant(session: Session, run: Run, actor: str, note: str, plan: _Plan
 
 
 def _stop_variant(session: Session, run: Run, sweep_id: str, note: str) -> list[str]:
-    """``stopping`` (or ``stopped`` when it holds nothing) with the sweep's note; the node
-    references to signal after commit."""
-    actor = f"sweep {sweep_id}"
-    if JobStatus(run.status) in ACTIVE:
-        statemachine.transition(session, run, JobStatus.STOPPING, reason=note, actor=actor)
-        return actions.live_refs(run.current)
-    statemachine.transition(
-        session,
-        run,
-        JobStatus.STOPPED,
-        reason=note,
-        actor=actor,
-        end_reason=EndReason.STOPPED_BY_USER,
-    )
-    return []
+    """Stop a ruled-out variant as ``sf job stop`` does, ending ``early_stopped`` with the
+    sweep's note (sweep, rung, metric); the node references to signal after commit."""
+    why = lifecycle.Stop(EndReason.EARLY_STOPPED, note)
+    return actions.begin_stop(session, run, actor=f"sweep {sweep_id}", why=why)
 
 
 def early_stop_pass(rt: Runtime) -> int:
