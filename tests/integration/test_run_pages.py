@@ -131,3 +131,8 @@ def client_of(home: Path) -> Client:
     found = config.read_server_file()
     assert found is not None, f"no server.json under {home}"
     return Client(str(found["url"]), token=config.read_local_token())
+
+
+def test_a_sweep_is_listed_whole_so_before_is_a_usage_error(sf: Callable[..., Result]) -> None:
+    result = sf("job", "ls", "--sweep", "any", "--before", "r-any")
+    assert result.code == 2 and "a sweep is listed whole" in result.err

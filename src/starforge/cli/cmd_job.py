@@ -81,6 +81,8 @@ def list_runs(
 
     from starforge.cli.connect import connect
 
+    if sweep and before:
+        raise typer.BadParameter("a sweep is listed whole; drop --before", param_hint="--before")
     out.set_json(json_out)
     more: str | None = None
     with connect() as client:
