@@ -46,13 +46,15 @@ from starforge.contract.jobspec import InputRef, JobSpec, Manifest
 from starforge.contract.layout import UNPACKED_MARKER, RunLayout
 from starforge.contract.packs import read_extents
 from starforge.contract.states import EndReason
-from starforge.runner import container, datasets, jobfork, jobuser, ranks, slurm, stage, uids
-from starforge.runner import pull as image_pull
+from starforge.runner import container, jobfork, jobuser, ranks, slurm, uids
 from starforge.runner import secrets as job_secrets
-from starforge.runner.preflight import check_packages
 from starforge.runner.report import Reporter, client_for, write_exit_record, write_runner_record
-from starforge.runner.spooldrain import drain as drain_spool
 from starforge.runner.unpack import manifest_digest, unpack
+
+# What a plain job on the host never needs before it starts is imported where it is used (a cold
+# runner under srun pays for each import before its job's first line): the dataset cache and the
+# staged inputs, the image's pull (with its registry client), the runtime's package check, and
+# the report spool's drain (after the job). The warm runner imports them once (runner/warm.py).
 
 SIGTERM_EXIT = 128 + signal.SIGTERM
 FENCE_GRACE_S = 30.0
@@ -152,6 +154,8 @@ class Runner:
             self.dataset_env = {**self.dataset_env, "FORGE_DATASET_OUT_DIR": str(out)}
         if not resolved:
             return spec
+        from starforge.runner import datasets, stage
+
         if self.binding.staged:  # the server linked them into the run (runner/stage.py)
             refs, found, said = stage.read(RunLayout(Path(self.binding.run_dir)))
         else:
@@ -174,6 +178,8 @@ class Runner:
     ) -> tuple[dict[str, InputRef], dict[str, str]]:
         """For a job of a uid of its own: its datasets through views of its own (the cache is
         root's alone, :func:`datasets.private_views`)."""
+        from starforge.runner import datasets
+
         b = self.binding
         if b.job_user or not b.job_uids or os.geteuid() != 0:
             return refs, found
@@ -187,6 +193,8 @@ class Runner:
         b = self.binding
         method = get_method(spec.method.id)
         if spec.method.framework_version:
+            from starforge.runner.preflight import check_packages
+
             _, runtime = method.runtime_version(spec.method.framework_version)
             check_packages(runtime.packages)
         work = Path(b.work_dir)
@@ -454,8 +462,10 @@ class Runner:
         b = self.binding
         if not (b.image and b.containers == "podman" and self.reporter.url):
             return
+        from starforge.runner import pull
+
         try:
-            image_pull.pull(b, self.reporter.url, self.say)
+            pull.pull(b, self.reporter.url, self.say)
         except RunnerError:
             if not self.terminating:  # a stop that cut the pull short is the stop's end
                 raise
@@ -507,8 +517,10 @@ class Runner:
             job_secrets.remove_files(self.binding)
         if self.terminating and code != 0 and slurm.under_slurm(os.environ):
             reason = slurm.why_terminated(os.environ) or reason  # node down, preempted
+        from starforge.runner import spooldrain
+
         # The curves the job could not deliver go before its exit: a run that ended takes none.
-        drain_spool(self.binding, self.say)
+        spooldrain.drain(self.binding, self.say)
         self.say(
             f"attempt {self.binding.attempt} node {self.binding.node_rank} exited with code {code}"
         )
@@ -521,6 +533,8 @@ class Runner:
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["stage"]:
+        from starforge.runner import stage
+
         return stage.main(argv[1:])
     if len(argv) != 1:
         print("usage: python -m starforge.runner BINDING_JSON", file=sys.stderr)

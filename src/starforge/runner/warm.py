@@ -58,6 +58,10 @@ PRELOAD = (
     "encodings.idna",
     "starforge.client.http",
     "starforge.contract.observability",
+    "starforge.runner.stage",  # with runner.datasets
+    "starforge.runner.pull",
+    "starforge.runner.preflight",
+    "starforge.runner.spooldrain",
     "starforge.catalog.adapters.custom",
     "starforge.catalog.adapters.nemo_rl",
     "starforge.catalog.adapters.trl",
