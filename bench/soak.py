@@ -115,6 +115,7 @@ class Soak:
             self.must(user, "notify", "add", self.hook)
 
     def teardown(self) -> None:
+        self.stop.set()
         for server in self.servers:
             server.stop()
         self.receiver.close()
@@ -254,15 +255,21 @@ class Soak:
         return kinds
 
     def chaos(self) -> None:
+        """Faults at the times of a Poisson process fixed in advance: a fault that takes long
+        (a database down for 12 s) delays the next one, never thins the process."""
         rate = self.args.faults_per_minute / 60
         kinds = self.fault_kinds()
-        while not self.stop.wait(self.fault_rng.expovariate(rate) if rate > 0 else 3600):
+        due = time.monotonic()
+        while rate > 0:
+            due += self.fault_rng.expovariate(rate)
+            if self.stop.wait(max(0.0, due - time.monotonic())):
+                return
             kind = self.fault_rng.choices(list(kinds), weights=list(kinds.values()))[0]
             try:
                 detail = getattr(self, f"fault_{kind}")()
             except Exception as exc:
                 detail = f"not injected: {type(exc).__name__}: {exc}"[:200]
-            if detail is not None and not detail.startswith("not injected"):
+            if not detail.startswith("not injected"):
                 self.faults[kind] += 1
             self.timeline.append({"t": round(time.monotonic() - self.started, 1),
                                   "fault": kind, "detail": detail})  # fmt: skip
@@ -281,7 +288,7 @@ class Soak:
                         return server
         return None
 
-    def fault_kill_leader(self) -> str | None:
+    def fault_kill_leader(self) -> str:
         leader = self.leader()
         if leader is None:
             return "not injected: no process leads now"
@@ -289,7 +296,7 @@ class Soak:
         time.sleep(self.fault_rng.uniform(0.5, 4))
         return f"server {leader.name}"
 
-    def fault_kill_follower(self) -> str | None:
+    def fault_kill_follower(self) -> str:
         leader = self.leader()
         follower = next((s for s in self.servers if s.alive and s is not leader), None)
         if leader is None or follower is None:
@@ -298,7 +305,7 @@ class Soak:
         time.sleep(self.fault_rng.uniform(0.5, 4))
         return f"server {follower.name}"
 
-    def fault_kill_runner(self) -> str | None:
+    def fault_kill_runner(self) -> str:
         running = [v for v in self.runs() if v.status == "running" and v.attempts]
         self.fault_rng.shuffle(running)
         for view in running:
@@ -310,14 +317,14 @@ class Soak:
                 return f"{view.run_id} attempt {number} runner {pid}"
         return "not injected: no running run"
 
-    def fault_postgres_restart(self) -> str | None:
+    def fault_postgres_restart(self) -> str:
         down = self.fault_rng.uniform(3, 12)
         self.pg.stop()
         time.sleep(down)
         self.pg.start()
         return f"down {down:.1f} s"
 
-    def fault_drain(self) -> str | None:
+    def fault_drain(self) -> str:
         held = self.fault_rng.uniform(5, 15)
         with self.live().client("alice") as c:
             labops.drain(c, "soak")
@@ -333,7 +340,7 @@ class Soak:
 
         wait_until(ended, "the maintenance to end", 180)
 
-    def fault_slurmctld_restart(self) -> str | None:
+    def fault_slurmctld_restart(self) -> str:
         state = Path(os.environ.get("STARFORGE_SLURM_DIR", "/var/tmp/starforge-slurm"))
         pid = int((state / "run" / "slurmctld.pid").read_text())
         os.kill(pid, signal.SIGTERM)
@@ -452,7 +459,10 @@ class Soak:
 
     def run(self) -> dict[str, Any]:
         self.setup()
-        threads = [threading.Thread(target=self.workload), threading.Thread(target=self.chaos)]
+        threads = [
+            threading.Thread(target=self.workload, daemon=True),
+            threading.Thread(target=self.chaos, daemon=True),
+        ]
         for thread in threads:
             thread.start()
         self.stop.wait(self.args.minutes * 60)

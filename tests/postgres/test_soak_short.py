@@ -31,18 +31,36 @@ def postgres_installed() -> None:
         pytest.skip(why)
 
 
-def test_a_short_seeded_soak_with_faults_keeps_every_invariant(postgres_installed: None) -> None:
+def soak(*args: str) -> tuple[int, str, str]:
+    """``bench/soak.py ARGS``; past the limit it is asked to stop (SIGTERM: it tears down its
+    servers and its PostgreSQL cluster) before the test fails."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("STARFORGE_")}
-    got = subprocess.run(
-        [sys.executable, str(SOAK), "--minutes", "1", "--faults-per-minute", "6",
-         "--seed", "11", "--no-trl", "--settle-s", "240"],
-        env=env, capture_output=True, text=True, timeout=900, check=False,
+    proc = subprocess.Popen(
+        [sys.executable, str(SOAK), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=500)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        out, err = proc.communicate(timeout=60)
+        pytest.fail(f"the soak ran past 500 s: {err[-2000:]}")
+    return proc.returncode, out, err
+
+
+def test_a_short_seeded_soak_with_faults_keeps_every_invariant(postgres_installed: None) -> None:
+    code, out, err = soak(
+        "--minutes", "1", "--faults-per-minute", "6", "--seed", "11", "--no-trl",
+        "--settle-s", "240",
     )  # fmt: skip
-    assert got.stdout.strip(), got.stderr[-3000:]
-    document = json.loads(got.stdout)
+    assert out.strip(), err[-3000:]
+    document = json.loads(out)
     broken = {k: v["details"] for k, v in document["invariants"].items() if not v["held"]}
     assert not broken, json.dumps(broken, indent=1)[-4000:]
-    assert got.returncode == 0
+    assert code == 0
     assert document["faults"]["total"] >= 3, document["timeline"]
     assert document["workload"]["runs"] >= 5
     assert document["invariants"]["no_log_line_lost_or_doubled"]["details"]["step_lines"] > 0
