@@ -99,7 +99,10 @@ def test_pause_checkpoints_and_ends_the_job_then_resume_continues_as_a_new_attem
 
 
 def test_a_run_slurm_holds_back_shows_slurms_reason_and_starts_when_slurm_frees_the_gpus(
-    sf: Callable[..., Result], new_lab: Callable[..., Lab], slurm: SlurmDriver
+    sf: Callable[..., Result],
+    new_lab: Callable[..., Lab],
+    slurm: SlurmDriver,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Work StarForge does not know about fills h100-1: StarForge places, Slurm holds the job.
     blocker = slurm.sbatch(
@@ -116,8 +119,9 @@ def test_a_run_slurm_holds_back_shows_slurms_reason_and_starts_when_slurm_frees_
     assert held["status"] == "starting"
     shown = sf("job", "status", run_id)
     assert "waiting: Resources" in shown.out
+    monkeypatch.setenv("COLUMNS", "200")  # a terminal wide enough for the whole reason
     listed = sf("job", "ls")
-    assert "(Slurm: Resources)" in " ".join(listed.out.split())  # the table may wrap it
+    assert "(Slurm: Resources)" in listed.out
 
     subprocess.run(["scancel", blocker], check=True)
     done = wait_status(sf, run_id, *FINAL)
