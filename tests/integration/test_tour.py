@@ -20,7 +20,7 @@ from starforge.cli.main import main
 from starforge.client import config
 from starforge.project.lab import Lab
 from tests.conftest import Result
-from tests.integration.conftest import embedded_server, wait_for
+from tests.integration.conftest import wait_for
 from tests.integration.test_lifecycle import FINAL, act, submit_custom, wait_for_log
 
 pytestmark = pytest.mark.integration
@@ -100,19 +100,18 @@ def test_a_lower_case_secret_name_is_printed_whole(
     assert sf("secret", "rm", "lower_case").code == 0
 
 
-def test_the_embedded_server_comes_back_on_its_port_when_it_is_free(tmp_path: Path) -> None:
-    home = tmp_path / "restarted"
-    home.mkdir()
-    with embedded_server(home):
-        first = server_url(home)
-        assert main(["server", "stop"]) == 0
-        assert main(["status", "--json"]) == 0  # starts the embedded server again
-        assert server_url(home) == first  # links printed before the restart still work
-        assert main(["server", "stop"]) == 0
-        port = int(first.rsplit(":", 1)[1])
-        with socket.create_server(("127.0.0.1", port)):  # someone else took the port meanwhile
-            assert main(["server", "start"]) == 0
-            assert server_url(home) != first
+def test_the_embedded_server_comes_back_on_its_port_when_it_is_free(server_home: Path) -> None:
+    # The module's own server (on PostgreSQL a second home would share its database and take
+    # over its local user's token).
+    first = server_url(server_home)
+    assert main(["server", "stop"]) == 0
+    assert main(["status", "--json"]) == 0  # starts the embedded server again
+    assert server_url(server_home) == first  # links printed before the restart still work
+    assert main(["server", "stop"]) == 0
+    port = int(first.rsplit(":", 1)[1])
+    with socket.create_server(("127.0.0.1", port)):  # someone else took the port meanwhile
+        assert main(["server", "start"]) == 0
+        assert server_url(server_home) != first
 
 
 def server_url(home: Path) -> str:
