@@ -252,6 +252,11 @@ class Soak:
         kinds = dict(FAULTS)
         if self.args.slurm:
             kinds["slurmctld_restart"] = 2
+        if self.args.faults:
+            unknown = set(self.args.faults) - set(kinds)
+            if unknown:
+                raise SystemExit(f"--faults: unknown {sorted(unknown)}; known: {sorted(kinds)}")
+            kinds = {k: w for k, w in kinds.items() if k in self.args.faults}
         return kinds
 
     def chaos(self) -> None:
@@ -458,6 +463,7 @@ class Soak:
         }
 
     def run(self) -> dict[str, Any]:
+        self.fault_kinds()  # an unknown --faults kind stops here, before anything starts
         self.setup()
         threads = [
             threading.Thread(target=self.workload, daemon=True),
@@ -497,6 +503,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="no pipelines or sweeps (they train tiny models)")  # fmt: skip
     parser.add_argument("--settle-s", type=float, default=600.0,
                         help="how long runs may take to end after the last fault")  # fmt: skip
+    parser.add_argument("--faults", type=lambda v: v.split(","), default=[],
+                        help="only these kinds, e.g. kill_runner,drain (default: all)")  # fmt: skip
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="sf-soak-", dir="/var/tmp"))
