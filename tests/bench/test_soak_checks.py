@@ -76,9 +76,7 @@ def test_two_attempts_alive_at_once_are_caught_by_records_and_by_the_jobs_clocks
     assert not checks.one_attempt_alive(open_ended, {})["held"]
 
 
-def test_an_output_dataset_missing_twice_or_not_whole_is_wrong_and_a_failed_run_publishes_none() -> (
-    None
-):
+def test_an_output_dataset_missing_doubled_or_partial_is_wrong_and_a_failed_run_has_none() -> None:
     data = checks.dataset_bytes("r-1")
     whole = [{"path": "rows.jsonl", "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}]
     views = [run("r-1", "succeeded"), run("r-2", "failed")]

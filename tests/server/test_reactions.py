@@ -21,7 +21,7 @@ from starforge.server.db.labops import NotifyOutbox
 from starforge.server.db.models import Event, Run, utcnow
 from starforge.server.db.reactions import Reaction
 from starforge.server.runtime import Runtime, build_runtime
-from starforge.server.services import datasets, reactions
+from starforge.server.services import datasets, lifecycle, reactions
 from starforge.server.settings import Settings
 from tests.server.factories import FakeExecutor, force, running_run
 from tests.server.test_datasets_output import submit_with_output, succeed_with_files
@@ -136,3 +136,22 @@ def test_the_kinds_owed_follow_the_table(rt: Runtime) -> None:
     assert [k for _, k, _ in rows(rt)] == ["notify"]
     assert owed_by.KINDS == ("notify", "publish_output")
     assert set(reactions.HANDLERS) == set(owed_by.KINDS)
+
+
+def test_a_failure_the_platform_retries_by_itself_owes_no_webhook_its_real_end_does(
+    rt: Runtime,
+) -> None:
+    hook(rt)
+    run_id = running_run(rt, user="alice", profiles=["h200:1"])
+    with rt.transaction() as session:  # lifecycle.finish_attempt's auto-retry
+        run = session.get(Run, run_id)
+        assert run is not None
+        statemachine.transition(session, run, JobStatus.FAILED, reason="t", actor="t")
+        statemachine.transition(
+            session, run, JobStatus.QUEUED, reason="auto-retry", actor=lifecycle.AUTO_RETRY
+        )
+    force(rt, run_id, JobStatus.STARTING, JobStatus.RUNNING, JobStatus.FAILED)  # for good
+    assert reactions.run_due(rt) == 2  # both endings' reactions done
+    with rt.reading() as session:
+        sent = session.execute(select(NotifyOutbox.payload)).scalars().all()
+    assert [p["status"] for p in sent] == ["failed"]  # the run's one real failure

@@ -48,6 +48,8 @@ NOT_FAILURES = frozenset({EndReason.COMPLETED, EndReason.PAUSED_BY_USER, EndReas
 
 RELEASE_STATUSES = (JobStatus.STARTING.value, JobStatus.RUNNING.value)  # see starting_attempt
 
+AUTO_RETRY = "auto-retry"  # the actor of a requeue the platform made by itself
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -282,7 +284,7 @@ def finish_attempt(
     if verdict is not None and verdict.retry:
         run.auto_retries += 1
         statemachine.transition(
-            session, run, JobStatus.QUEUED, reason=verdict.note, actor="auto-retry"
+            session, run, JobStatus.QUEUED, reason=verdict.note, actor=AUTO_RETRY
         )
     stop_refs = [n.live_ref for n in nodes.values() if n.live_ref]
     kill_refs = [n.ref for n in nodes.values() if n.ref and n.lost]

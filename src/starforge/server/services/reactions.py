@@ -30,10 +30,11 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from starforge.contract.errors import StarForgeError
+from starforge.contract.states import JobStatus
 from starforge.server import reactions
 from starforge.server.db.models import Event, Run, utcnow
 from starforge.server.db.reactions import Reaction
-from starforge.server.services import datasets, notify
+from starforge.server.services import datasets, lifecycle, notify
 
 if TYPE_CHECKING:
     from starforge.server.runtime import Runtime
@@ -84,10 +85,29 @@ def mark_done(session: Session, reaction_id: int, error: str = "") -> None:
 def _notify(rt: Runtime, r: Owed) -> str:
     with rt.transaction() as session:
         run = session.get(Run, r.run_id)
-        if run is not None:
+        if run is not None and not _retried_by_itself(session, r):
             notify.enqueue(session, run, r.detail)
         mark_done(session, r.id)
     return ""
+
+
+def _retried_by_itself(session: Session, r: Owed) -> bool:
+    """Whether the platform requeued the run right after this ending (an auto-retry, in the
+    ending's own transaction): its attempt failed, the run did not, so no ``run.failed`` goes
+    out; the run's real ending owes its own. A user's retry later leaves the ending reported."""
+    at = datetime.fromisoformat(str(r.detail["at"]))
+    found = session.scalar(
+        sa.select(Event.id)
+        .where(
+            Event.run_id == r.run_id,
+            Event.src == str(r.detail["status"]),
+            Event.dst == JobStatus.QUEUED.value,
+            Event.actor == lifecycle.AUTO_RETRY,
+            Event.at >= at,
+        )
+        .limit(1)
+    )
+    return found is not None
 
 
 def _publish_output(rt: Runtime, r: Owed) -> str:
