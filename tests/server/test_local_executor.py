@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -107,3 +108,11 @@ def test_the_local_executor_offers_every_optional_capability_the_reconciler_uses
     local = LocalExecutor([sys.executable])
     for capability in (Executor, SupportsKill, SupportsAdopt, SupportsReap):
         assert isinstance(local, capability), capability.__name__
+
+
+def test_a_reused_pid_is_not_taken_for_the_runner_that_recorded_itself_before_it() -> None:
+    from starforge.server.executors import local
+
+    ref = f"{local.PREFIX}{os.getpid()}"
+    assert local.started_by_then(ref, datetime.now().timestamp())  # this process started before now
+    assert not local.started_by_then(ref, 1.0)  # a runner recorded in 1970 is not this process

@@ -80,6 +80,29 @@ def proc_state(pid: int) -> str | None:
     return rest[:1] or None
 
 
+def proc_started_at(pid: int) -> float | None:
+    """When ``pid`` started (seconds since the epoch, from /proc), or None when unknown."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+        ticks = int(raw[raw.rfind(")") + 2 :].split()[19])  # field 22: starttime
+        boot = next(
+            int(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def started_by_then(ref: str, at: float) -> bool:
+    """Whether the live process of ``ref`` could be the runner that recorded itself at ``at``:
+    it started no later than that (pids are reused: 32,768 of them on a default Linux, so an
+    ended runner's pid may well be another process's by now)."""
+    started = proc_started_at(parse_ref(ref))
+    return started is None or started <= at + 1.0  # the record comes just after its start
+
+
 def pid_alive(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie does not)."""
     state = proc_state(pid)

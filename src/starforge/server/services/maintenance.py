@@ -27,6 +27,7 @@ queue's order, so they line up exactly where they were.
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 from sqlalchemy import select
@@ -37,6 +38,7 @@ from starforge.contract.labops import Blocker, MaintenanceStatus
 from starforge.contract.states import JobStatus
 from starforge.server.db.labops import Maintenance, MaintenancePaused
 from starforge.server.db.models import Attempt, Run, utcnow
+from starforge.server.executors import local
 from starforge.server.executors.base import SupportsLiveAttempts
 from starforge.server.runtime import Runtime
 from starforge.server.services import actions, checkpoints, users
@@ -166,8 +168,15 @@ def _executor_holds(rt: Runtime, session: Session, blockers: list[Blocker]) -> s
     ).all()
     try:
         for run, attempt in latest:
-            refs = [n.ref for n in attempt.node_records().values() if n.ref]
-            alive = next((ref for ref in refs if rt.executor.is_alive(ref)), None)
+            refs = {rank: n.ref for rank, n in attempt.node_records().items() if n.ref}
+            alive = next(
+                (
+                    ref
+                    for rank, ref in refs.items()
+                    if rt.executor.is_alive(ref) and _its_runner(rt, run, attempt, rank, ref)
+                ),
+                None,
+            )
             if alive is not None and run.id not in counted:
                 counted.add(run.id)
                 why = f"{run.status} in the database, but its runner still runs ({alive})"
@@ -178,6 +187,19 @@ def _executor_holds(rt: Runtime, session: Session, blockers: list[Blocker]) -> s
         said = getattr(exc, "message", None) or str(exc)
         return f"the executor cannot say what it still runs ({said})"
     return ""
+
+
+def _its_runner(rt: Runtime, run: Run, attempt: Attempt, rank: int, ref: str) -> bool:
+    """Whether a live local reference is still the attempt's runner, not a later process that
+    got its pid (a run that ended a while ago); other executors' references name their jobs."""
+    if not ref.startswith(local.PREFIX):
+        return True
+    record = rt.storage.layout_of(run).runner_record(attempt.number, rank)
+    try:
+        at = float(json.loads(record.read_text())["at"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return True  # no record to tell by: as the executor says
+    return local.started_by_then(ref, at)
 
 
 def _unknown_attempts(
