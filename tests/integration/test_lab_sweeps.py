@@ -222,7 +222,10 @@ def test_a_sweep_two_at_a_time_rules_out_what_synchronous_halving_would(
             "not in top 1/2"
         ), views[r]["reason"]
         steps: Any = sf("job", "metrics", r, "-k", "loss", "--json").json()
-        assert max(max(s["steps"]) for s in steps["series"]) < 40  # none ran to the end
+        # It reached the rung it was judged at; how far past it a stopped run still got
+        # depends on the machine's speed (a tiny run may log its last step before its stop
+        # lands), so only its end, stopped, is asserted above.
+        assert max(max(s["steps"]) for s in steps["series"]) >= rung
     assert most_at_once(views) <= 2  # the quota held throughout
     promoted = [
         e for v in views.values() for e in v["events"]
