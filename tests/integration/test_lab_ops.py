@@ -230,20 +230,26 @@ def test_a_receiver_down_for_a_while_still_gets_a_signed_payload_per_terminal_st
         return {d["run_id"] for d in log if not d["ok"]}
 
     wait_until(lambda: failed_tries() >= set(ran.values()), "a failed try for every run")
+    # Only this test's runs count: a run an earlier test of the module resumed may end
+    # meanwhile, and the endpoint follows all of the user's runs.
+    mine = set(ran.values())
     receiver.start()
     try:
-        wait_until(lambda: len({h["X-StarForge-Delivery"] for h, _ in receiver.got}) >= 3, "3")
+        wait_until(
+            lambda: mine <= {json.loads(b)["run_id"] for _, b in receiver.got}, "my 3 payloads"
+        )
     finally:
         receiver.stop()
-    payloads = {p["run_id"]: p for p in (verified(secret, h, b) for h, b in receiver.got)}
+    got = (verified(secret, h, b) for h, b in receiver.got)
+    payloads = {p["run_id"]: p for p in got if p["run_id"] in mine}
     assert {run_id: p["status"] for run_id, p in payloads.items()} == {
         run_id: status for status, run_id in ran.items()
     }
     assert payloads[ran["failed"]]["exit_code"] == 3
     log = sf_json(sf, "notify", "log", made["id"])["deliveries"]
-    assert {d["run_id"] for d in log if d["ok"]} == set(ran.values())
+    assert {d["run_id"] for d in log if d["ok"]} & mine == mine
     listed = sf_json(sf, "notify", "ls")["endpoints"]
-    assert secret not in json.dumps(listed) and listed[0]["delivered"] == 3
+    assert secret not in json.dumps(listed) and listed[0]["delivered"] >= 3
     check_usage_matches_the_attempts(sf)
     for args, text in (
         (("notify", "ls"), made["id"]),
