@@ -269,8 +269,8 @@ echo "probe: user=$(id -un)"
 try() { if eval "$2" >/dev/null 2>&1; then echo "probe: $1=YES"; else echo "probe: $1=no"; fi; }
 try environ "grep -q TOKEN /proc/$VICTIM_PID/environ"
 try secret-file "cat $VICTIM_SECRET_FILE"
-try package "cat $VICTIM_RUN/work/experiments/victim/train.sh"
-try rewrite "echo 'echo bob says done' > $VICTIM_RUN/work/experiments/victim/train.sh"
+try package "cat $VICTIM_WORK/experiments/victim/train.sh"
+try rewrite "echo 'echo bob says done' > $VICTIM_WORK/experiments/victim/train.sh"
 try out "ls $VICTIM_RUN/out"
 try logs "cat $VICTIM_RUN/logs/attempt-1.log"
 try binding "cat $VICTIM_RUN/state/attempt-1.node-0.binding.json"
@@ -335,7 +335,10 @@ def test_a_members_job_on_slurm_cannot_reach_another_members_running_job_secrets
         for entry in Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
         if entry.startswith("KEY_PEM_FILE=")
     )
-    env = f"VICTIM_PID={pid}\nVICTIM_SECRET_FILE={secret_file}\nVICTIM_RUN={run_dir}\n"
+    env = (
+        f"VICTIM_PID={pid}\nVICTIM_SECRET_FILE={secret_file}\nVICTIM_RUN={run_dir}\n"
+        f"VICTIM_WORK={run_dir / 'work'}\n"
+    )
     got = submit(bob, job_lab(new_lab, "attacker", ATTACKER, {"target.env": env}), "attacker")
     assert got.code == 0, got.err
     b_run = finished(bob, str(got.json()["run_id"]))  # type: ignore[index, call-overload]
