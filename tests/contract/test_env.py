@@ -54,6 +54,7 @@ def binding() -> Binding:
         run_token="runner-tok",
         job_token="tok",
         extra_env={"NCCL_DEBUG": "WARN", "NODE_RANK": "7"},
+        sync_steps=[100, 300],
     )
 
 
@@ -96,6 +97,7 @@ def test_job_env_matches_the_golden_mapping() -> None:
         "STARFORGE_ENDPOINT": "http://127.0.0.1:9",
         "STARFORGE_RUN_ID": "r-0123456789",
         "STARFORGE_TOKEN": "tok",
+        "STARFORGE_SYNC_STEPS": "100,300",
         "HF_HUB_OFFLINE": "1",
         "HF_HOME": "/s/cache/hf",
         "PYTHONUNBUFFERED": "1",

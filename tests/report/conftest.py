@@ -66,7 +66,9 @@ class Server:
     token: str
     spool: Path
 
-    def run(self, token: str | None = None, **options: object) -> Run:
+    def run(
+        self, token: str | None = None, sync_steps: tuple[int, ...] = (), **options: object
+    ) -> Run:
         """A reporting session of the job of ``run_id`` (its token unless another is given)."""
         tok = self.token if token is None else token
         job_env = ReportSettings(
@@ -76,6 +78,7 @@ class Server:
             token=tok,
             attempt=1,
             spool_dir=self.spool,
+            sync_steps=sync_steps,
         )
         factory: Callable[[], Client] = lambda: Client(  # noqa: E731
             BASE, run_token=tok, transport=self.network, timeout=5.0

@@ -196,6 +196,20 @@ def test_hparams_and_metadata_are_merged_on_the_run(server: Server) -> None:
     assert meta.meta["dropped_nonfinite"] == 0 and "finished_at" in meta.meta
 
 
+def test_the_first_log_at_or_past_each_sync_step_returns_once_the_server_has_it(
+    server: Server,
+) -> None:
+    run = server.run(sync_steps=(5, 10), flush_interval_s=3600)  # no timed flush meanwhile
+    for step in range(4):
+        run.log({"loss": 1.0}, step=step)
+    run.log({"loss": 0.5}, step=6)  # past the rung at 5 (logging every other step)
+    assert sorted(series(server)["loss"]) == [0, 1, 2, 3, 6]
+    run.log({"loss": 0.4}, step=7)
+    run.log({"loss": 0.3}, step=10)
+    assert sorted(series(server)["loss"]) == [0, 1, 2, 3, 6, 7, 10]
+    run.finish()
+
+
 def test_settings_come_from_the_job_environment(tmp_path: Path) -> None:
     env = {
         "STARFORGE_ENABLED": "1",
@@ -208,6 +222,9 @@ def test_settings_come_from_the_job_environment(tmp_path: Path) -> None:
     got = Settings.from_env(env)
     assert (got.enabled, got.attempt) == (True, 3)
     assert got.spool_dir == tmp_path / ".starforge" / "report-spool"
+    assert got.sync_steps == ()
+    rungs = Settings.from_env({**env, "STARFORGE_SYNC_STEPS": "300,100,x,"}).sync_steps
+    assert rungs == (100, 300)
     assert not Settings.from_env({**env, "STARFORGE_ENABLED": "0"}).enabled
     assert not Settings.from_env({**env, "STARFORGE_TOKEN": ""}).enabled
     assert not Run(Settings.from_env({})).active

@@ -6,6 +6,7 @@ import uuid
 
 import pytest
 
+from starforge.contract.api import IngestRequest, MetricStep
 from starforge.contract.errors import NotFound, ParamError
 from starforge.contract.jobspec import InputKind, InputRef, Inputs
 from starforge.contract.states import EndReason, JobStatus
@@ -13,9 +14,18 @@ from starforge.contract.sweeps import EarlyStop, SweepRequest
 from starforge.server.db.metrics import MetricPoint
 from starforge.server.db.models import Run
 from starforge.server.runtime import Runtime
-from starforge.server.services import actions, jobs, lifecycle, sweeps
+from starforge.server.services import actions, jobs, lifecycle, metrics, sweeps
 
-from .factories import FakeExecutor, package, report, run_row, schedule, spec
+from .factories import (
+    FakeExecutor,
+    binding,
+    package,
+    report,
+    run_row,
+    schedule,
+    spec,
+    submit,
+)
 
 DATA = b'{"prompt": "a", "completion": "b"}\n'
 
@@ -144,6 +154,46 @@ def test_asha_stops_the_worst_half_at_the_first_rung_and_status_ranks_them(
     results = sweeps.stop(rt, "alice", created.sweep_id)
     assert [r.status for r in results].count(JobStatus.STOPPING) == 2  # variants 0 and 3
     assert [r.status for r in results].count(JobStatus.STOPPED) == 1  # the queued one
+
+
+def ingest(rt: Runtime, run_id: str, points: dict[int, float]) -> None:
+    """What the variant's job reports, with its own token, through the ingest endpoint's service."""
+    body = IngestRequest(
+        steps=[MetricStep(step=s, t=0.0, values={"loss": v}) for s, v in points.items()]
+    )
+    metrics.ingest(rt, run_id, binding(rt, run_id)["job_token"], body)
+
+
+def test_a_variants_report_that_reaches_a_rung_is_judged_before_it_is_answered(
+    rt: Runtime, executor: FakeExecutor
+) -> None:
+    rule = EarlyStop(metric="loss", rungs=[5, 10], keep=2, mode="min")
+    created = sweeps.submit(rt, "alice", sft_request(rt, GRID[:2], rule))
+    first, second = (r.run_id for r in created.runs)
+    start(rt, [first, second])
+    assert binding(rt, first)["sync_steps"] == [5, 10]  # STARFORGE_SYNC_STEPS of its job
+    ingest(rt, first, {1: 2.0, 4: 1.0})
+    assert run_row(rt, first).status == JobStatus.RUNNING  # no rung yet
+    ingest(rt, first, {5: 0.5})
+    # No pass of the loop ran: the report itself had the variant held at the rung it reached.
+    held = run_row(rt, first)
+    assert held.status == JobStatus.PAUSING
+    assert held.reason.startswith(f"held by sweep {created.sweep_id} at rung 5: loss=0.5; ")
+    ingest(rt, second, {6: 0.9})  # logged past the rung: judged at it all the same
+    out = run_row(rt, second)
+    assert out.status == JobStatus.STOPPING
+    assert out.reason.startswith(
+        f"early-stopped by sweep {created.sweep_id} at rung 5: loss=0.9 not in top 1/2"
+    )
+    assert len(executor.stopped) == 2  # both signalled, after their decisions were committed
+    ingest(rt, second, {7: 0.8})  # no new rung: nothing more happens
+    assert len(executor.stopped) == 2
+
+
+def test_a_run_outside_any_sweep_reports_without_sync_steps(rt: Runtime) -> None:
+    run_id = submit(rt).run_id
+    assert schedule(rt) == [run_id]
+    assert binding(rt, run_id)["sync_steps"] == []
 
 
 def test_a_variant_its_user_paused_is_never_resumed_by_the_sweep(

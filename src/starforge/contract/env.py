@@ -74,6 +74,9 @@ class Binding(Contract):
     # The method's framework (trl, verl, custom, ...): the local executor starts the runner of
     # a trl job from its warm trainer, which has the training stack imported.
     framework: str = ""
+    # The steps at which the job's reports go out before its training goes on (the rungs of the
+    # early-stopping sweep the run is a variant of): STARFORGE_SYNC_STEPS.
+    sync_steps: list[int] = Field(default_factory=list)
 
     @property
     def procs_per_node(self) -> int:
@@ -143,6 +146,7 @@ def make_binding(
     image: str = "",
     containers: str = "",
     framework: str = "",
+    sync_steps: list[int] | None = None,
 ) -> Binding:
     """The binding of one node: the one maker, used by dispatch and by ``sf submit --dry-run``.
 
@@ -184,6 +188,7 @@ def make_binding(
         image=image,
         containers=containers,
         framework=framework,
+        sync_steps=list(sync_steps or []),
     )
 
 
@@ -252,6 +257,7 @@ def job_env(spec: JobSpec, b: Binding) -> dict[str, str]:
         "STARFORGE_RUN_ID": b.run_id,
         "STARFORGE_TOKEN": b.job_token,  # never b.run_token: the job may not post lifecycle
         "STARFORGE_CA_FILE": str(RunLayout(Path(b.run_dir)).ca_file) if b.tls_ca else "",
+        "STARFORGE_SYNC_STEPS": ",".join(map(str, b.sync_steps)),
         **_server_fixed(b),
     }
     # Profile env may add keys but never override what the platform decided.

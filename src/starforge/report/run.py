@@ -8,9 +8,12 @@ returns at once: no thread, no file, no message. Active, it starts the platform'
 sender (:class:`starforge.client.sender.Sender`) with a :class:`MetricPacker`, spooling under
 the run's ``out`` dir (``RunLayout.report_spool``).
 
-``log`` never raises and never blocks on the network: it flattens, filters and appends to the
-sender's queue. ``step=None`` means the step after the previous call's (0 first); an explicit step
-also sets where the counter goes on. Only the process that created the run reports: a forked child
+``log`` never raises and never blocks on the network but at a sync step: it flattens, filters and
+appends to the sender's queue. The first ``log`` at or past each of ``STARFORGE_SYNC_STEPS`` (a
+sweep's rungs) waits, up to :data:`SYNC_TIMEOUT_S`, until the server has it: the server judges
+the sweep before it answers, so the variant is stopped or held at the rung. ``step=None`` means
+the step after the previous call's (0 first); an explicit step also sets where the counter goes
+on. Only the process that created the run reports: a forked child
 (a data-loader worker) is silent, and so is every rank but global rank 0 (``RANK``, as torchrun
 sets it) of a distributed training.
 """
@@ -39,6 +42,7 @@ from starforge.report.batch import MetricPacker
 from starforge.report.values import Counts, flatten_metrics, flatten_params
 
 _runs: weakref.WeakSet[Run] = weakref.WeakSet()
+SYNC_TIMEOUT_S = 60.0  # how long a log at a sync step waits for the server before going on
 
 
 def _after_fork_in_child() -> None:
@@ -55,6 +59,11 @@ def _discard(item: Any) -> None:
     return None
 
 
+def _steps(text: str) -> tuple[int, ...]:
+    """``STARFORGE_SYNC_STEPS`` ("100,300") as steps; what is not a step is left out."""
+    return tuple(sorted({int(t) for t in text.split(",") if t.strip().isdigit()}))
+
+
 @dataclass(frozen=True)
 class Settings:
     enabled: bool
@@ -65,6 +74,8 @@ class Settings:
     spool_dir: Path | None
     storage_root: str = ""  # where a restarted control plane publishes its new address
     ca_file: str = ""  # the CA the server's certificate is checked by ("": the default bundle)
+    # Steps whose first log waits until the server has it (a sweep's rungs: it judges there).
+    sync_steps: tuple[int, ...] = ()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -93,6 +104,7 @@ class Settings:
             spool_dir=Path(spool) if spool else None,
             storage_root=env.get("FORGE_STORAGE_ROOT", ""),
             ca_file=env.get("STARFORGE_CA_FILE", ""),
+            sync_steps=_steps(env.get("STARFORGE_SYNC_STEPS", "")),
         )
 
 
@@ -113,6 +125,7 @@ class Run:
         self.counts = Counts()
         self._warned = False
         self._step = 0
+        self._sync = list(settings.sync_steps)
         self._lock = threading.Lock()
         self.sender: Sender | None = None
         self._put: Callable[[Any], None] = _discard
@@ -178,6 +191,10 @@ class Run:
                 values[key] = value
             if values and step >= 0:
                 self._put({"step": step, "t": time.time(), "values": values})
+                if self._sync and step >= self._sync[0]:
+                    while self._sync and step >= self._sync[0]:
+                        self._sync.pop(0)
+                    self.flush(SYNC_TIMEOUT_S)  # the server judges this rung before we go on
         except Exception as exc:  # whatever the caller passed, training goes on
             self._note(f"log() ignored a call it could not read: {exc!r}")
 

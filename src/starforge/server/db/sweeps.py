@@ -42,7 +42,10 @@ class SweepRun(Base):
     sweep_id: Mapped[str] = mapped_column(
         ForeignKey("sweeps.id", ondelete="CASCADE"), primary_key=True
     )
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    # Indexed: a run's report asks, at each new step, whether it is a variant with rungs.
+    run_id: Mapped[str] = mapped_column(
+        ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
     index: Mapped[int] = mapped_column(Integer)
     params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     stopped_rung: Mapped[int | None] = mapped_column(Integer, nullable=True)

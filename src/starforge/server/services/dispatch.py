@@ -52,6 +52,7 @@ from starforge.server.services import (
     lifecycle,
     queue,
     scheduler,
+    sweeps,
 )
 from starforge.server.services.users import token_digest
 from starforge.server.storage import Storage
@@ -203,6 +204,7 @@ def place_run(
         job_user=isolation.job_account(rt, session, run.user),
         job_token=job_token,
         storage=storage,
+        sync_steps=sweeps.rungs_of(session, run.id),
     )
     rows.attempt = attempt  # inserted by save
     run.current_attempt = number
@@ -267,6 +269,7 @@ def write_bindings(
     storage: Storage | None = None,
     job_ids: tuple[list[int], int] = ([], 0),
     job_user: str | None = None,
+    sync_steps: list[int] | None = None,
 ) -> list[NodeLaunch]:
     """Write the run's ``run.json`` (once; through ``storage``, the runtime's by default) and
     each node's binding; what to start. ``job_user``: the member's Unix account on Slurm
@@ -307,6 +310,7 @@ def write_bindings(
             image=run.image,
             containers=runtime_for_runs(rt.settings.containers),
             framework=framework_of(run.spec),
+            sync_steps=sync_steps,
         )
         path = rt.storage.binding_path(run_dir, number, slot.rank)
         rt.storage.write_binding(path, binding.model_dump(mode="json"))

@@ -8,7 +8,9 @@ later of two values for the same (key, step) is the one kept. Non-finite values 
 overlong keys are dropped and counted, never stored. Hyperparameters and metadata are merged
 key by key into the run's ``run_meta`` row, which also keeps the highest step logged (the
 writing itself: :mod:`starforge.server.services.metricstore`, which also stores what a job left
-in its spool when its run ends).
+in its spool when its run ends). A batch that takes a sweep variant past one of its sweep's rungs
+is judged (``sweeps.judge_at_rung``) before it is answered: its job waits for that answer at the
+rung (``STARFORGE_SYNC_STEPS``), so the variant is stopped or held where ASHA compares it.
 
 Queries read a run the user owns (by id or prefix), one series per key in step order; a series
 longer than ``max_points`` is downsampled by keeping, per bucket of consecutive steps, its lowest
@@ -37,7 +39,7 @@ from starforge.contract.states import JobStatus
 from starforge.server.db.metrics import MetricPoint, RunMeta
 from starforge.server.db.models import Run
 from starforge.server.runtime import Runtime
-from starforge.server.services import jobs, metricstore, users
+from starforge.server.services import jobs, metricstore, sweeps, users
 from starforge.server.services.users import token_digest
 
 MAX_KEYS_PER_QUERY = 500
@@ -96,9 +98,17 @@ def ingest(rt: Runtime, run_id: str, token: str | None, body: IngestRequest) -> 
     """Store one batch from the job of ``run_id`` (which the token must belong to)."""
     rows, dropped = metricstore.points_of(run_id, body)
     metricstore.check_size(rows)
+    at_rung = False
     with rt.transaction() as session:
         authorized_run(session, run_id, token)
+        meta = session.get(RunMeta, run_id)
+        before = meta.last_step if meta is not None else None
         metricstore.store(session, run_id, rows, body)
+        now = max((r[2] for r in rows), default=None)
+        if now is not None and (before is None or now > before):  # a new step: a rung?
+            at_rung = sweeps.crossed(sweeps.rungs_of(session, run_id), before, now)
+    if at_rung:  # judged before the answer: the job waits for it at a rung
+        sweeps.judge_at_rung(rt, run_id)
     return IngestAck(stored=len(rows), dropped=dropped)
 
 

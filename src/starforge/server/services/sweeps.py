@@ -385,27 +385,50 @@ def _stop_variant(session: Session, run: Run, sweep_id: str, note: str) -> list[
     return actions.begin_stop(session, run, actor=f"sweep {sweep_id}", why=why)
 
 
-def early_stop_pass(rt: Runtime) -> int:
-    """One ASHA pass over the sweeps with early stopping and an active variant; the number of
-    variants it stopped. Stops are signalled with ``stop_grace_s``, holds with
-    ``pause_grace_s`` (the training saves a checkpoint), both after the commit."""
+def rungs_of(session: Session, run_id: str) -> list[int]:
+    """The rungs of the early-stopping sweep ``run_id`` is a variant of; [] for none."""
+    rule = session.scalar(
+        select(Sweep.early_stop)
+        .join(SweepRun, SweepRun.sweep_id == Sweep.id)
+        .where(SweepRun.run_id == run_id, Sweep.early_stop.is_not(None))
+    )
+    return list(EarlyStop.read(rule).rungs) if rule else []
+
+
+def crossed(rungs: Iterable[int], before: int | None, now: int) -> bool:
+    """Whether a report that took a run's last step from ``before`` to ``now`` reached a rung."""
+    return any((before is None or before < rung) and rung <= now for rung in rungs)
+
+
+def judge_at_rung(rt: Runtime, run_id: str) -> int:
+    """Judge the sweep of ``run_id`` now, as its job reported a rung: the job's report waits for
+    this (``STARFORGE_SYNC_STEPS``), so the variant is stopped or held at the rung it reached,
+    however quickly it trains on, and not passes later when the loop comes round."""
+    return early_stop_pass(rt, of_run=run_id)
+
+
+def early_stop_pass(rt: Runtime, *, of_run: str | None = None) -> int:
+    """One ASHA pass over the sweeps with early stopping and an active variant (only the sweep
+    of ``of_run`` when given); the number of variants it stopped. Stops are signalled with
+    ``stop_grace_s``, holds with ``pause_grace_s`` (the training saves a checkpoint), both
+    after the commit. A sweep's row is locked while it is judged: the loop's pass and a rung's
+    judge never decide one sweep at once."""
     active = [s.value for s in STOPPABLE_BY_SWEEP | {JobStatus.STOPPING}]
     stop_refs: list[str] = []
     pause_refs: list[str] = []
     stopped = changed = 0
     with rt.transaction() as session:
+        members = select(SweepRun.sweep_id).join(Run, Run.id == SweepRun.run_id)
+        if of_run is not None:
+            members = members.where(SweepRun.run_id == of_run)
         sweeps = session.scalars(
             select(Sweep)
             .where(Sweep.early_stop.is_not(None))
-            .where(
-                Sweep.id.in_(
-                    select(SweepRun.sweep_id)
-                    .join(Run, Run.id == SweepRun.run_id)
-                    .where(Run.status.in_(active))
-                )
-            )
+            .where(Sweep.id.in_(members.where(Run.status.in_(active))))
+            .order_by(Sweep.id)  # one order of locks for every pass
         ).all()
         for sweep in sweeps:
+            session.refresh(sweep, with_for_update=True)
             rule = early_stop_of(sweep)
             if rule is None:
                 continue
