@@ -155,3 +155,19 @@ def test_a_failure_the_platform_retries_by_itself_owes_no_webhook_its_real_end_d
     with rt.reading() as session:
         sent = session.execute(select(NotifyOutbox.payload)).scalars().all()
     assert [p["status"] for p in sent] == ["failed"]  # the run's one real failure
+
+
+def test_reactions_of_a_newer_servers_kind_never_hold_back_the_ones_this_server_knows(
+    rt: Runtime,
+) -> None:
+    run_id = submit_with_output(rt, "alice", "alice/scored@v1").run_id
+    with rt.transaction() as session:  # more than a batch, owed first, by a newer server
+        run = session.get(Run, run_id)
+        assert run is not None
+        owed_by.record(session, run, ["archive"] * (reactions.BATCH + 1), utcnow())
+    succeed_with_files(rt, run_id, FILES)
+    assert reactions.run_due(rt) == 2
+    assert versions(rt) == 1
+    assert [r for r in rows(rt) if r[1] == "archive"] == [(run_id, "archive", False)] * (
+        reactions.BATCH + 1
+    )  # left owed for the server that knows them
