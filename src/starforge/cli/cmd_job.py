@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from starforge.cli.output import JsonOpt, ago, out, status_text
+from starforge.cli.output import JsonOpt, ago, cost_text, figure, out, status_text
 
 # Command modules import the client lazily, inside each command: `sf --help` stays fast.
 if TYPE_CHECKING:
@@ -70,6 +70,9 @@ def list_runs(
             "--before", help="The next page: runs older than this run (the id the hint names)."
         ),
     ] = None,
+    wide: Annotated[
+        bool, typer.Option("--wide", help="Add each run's GPU-hours (GPU-H) and cost.")
+    ] = False,
 ) -> None:
     """List your runs, newest first, a page at a time (the hint under the table names the next
     page). STEPS is a pipeline's steps done/total (``!``: it stopped short: a step failed or was
@@ -104,26 +107,31 @@ def list_runs(
         filters = [f"--{k} {v}" for k, v in (("status", status), ("sweep", sweep)) if v]
         out.line(f"no run matches {' '.join(filters)}" if filters else "no runs yet")
         return
-    out.table(
-        ["RUN", "STATUS", "EXPERIMENT", "METHOD", "GPUS", "STEPS", "SUBMITTED", "REASON"],
+    columns = ["RUN", "STATUS", "EXPERIMENT", "METHOD", "GPUS", "STEPS", "SUBMITTED", "REASON"]
+    rows = [
         [
-            [
-                r.run_id,
-                status_text(r.status) + (f" #{r.queue_position}" if r.queue_position else ""),
-                f"{r.project}/{r.experiment}",
-                r.method + (f" > {r.step.action}" if r.step else ""),
-                str(r.gpus),
-                _steps(r) or "-",
-                ago(r.created_at),
-                escape(
-                    " ".join(r.reason.split())  # one line: the whole text is in `sf job status`
-                    + (f" (Slurm: {r.executor_pending})" if r.executor_pending else "")
-                ),
-            ]
-            for r in runs
-        ],
-        cut=("REASON",),  # run ids, names and counts whole; the reason on one line
-    )
+            r.run_id,
+            status_text(r.status) + (f" #{r.queue_position}" if r.queue_position else ""),
+            f"{r.project}/{r.experiment}",
+            r.method + (f" > {r.step.action}" if r.step else ""),
+            str(r.gpus),
+            _steps(r) or "-",
+            ago(r.created_at),
+            escape(
+                " ".join(r.reason.split())  # one line: the whole text is in `sf job status`
+                + (f" (Slurm: {r.executor_pending})" if r.executor_pending else "")
+            ),
+        ]
+        for r in runs
+    ]
+    if wide:  # before REASON, which is cut to the width left
+        priced = any(r.cost is not None for r in runs)
+        columns[-1:-1] = ["GPU-H", "COST"] if priced else ["GPU-H"]
+        for r, row in zip(runs, rows, strict=True):
+            money = f"{figure(r.cost)} {r.currency}".strip() if r.cost is not None else "-"
+            row[-1:-1] = [figure(r.gpu_hours), money] if priced else [figure(r.gpu_hours)]
+    # run ids, names and counts whole; the reason on one line
+    out.table(columns, rows, cut=("REASON",))
     if more:
         again = [f"--limit {limit}"] if limit != LS_LIMIT else []
         again += [f"--status {status}"] if status else []
@@ -181,6 +189,7 @@ def status(run: RunArg = None, json_out: JsonOpt = False) -> None:
         ("started", ago(view.started_at)),
         ("ended", ago(view.ended_at)),
         ("retries", _retries(view)),
+        ("cost", _cost(view)),
         ("run dir", view.run_dir or "-"),
         ("curves", f"{observability_url} (external)" if observability_url else "on the platform"),
         ("console", console_url),
@@ -221,13 +230,14 @@ def status(run: RunArg = None, json_out: JsonOpt = False) -> None:
     if view.attempts:
         out.line("")
         out.table(
-            ["ATTEMPT", "EXECUTOR", "STARTED", "ENDED", "EXIT", "REASON", "FROM", "LOG"],
+            ["ATTEMPT", "EXECUTOR", "STARTED", "ENDED", "GPU-H", "EXIT", "REASON", "FROM", "LOG"],
             [
                 [
                     str(a.number),
                     a.executor_ref or "-",
                     ago(a.started_at),
                     ago(a.ended_at),
+                    figure(a.gpu_hours),
                     "-" if a.exit_code is None else str(a.exit_code),
                     a.end_reason or "-",
                     a.resumed_from.rsplit("/", 1)[-1] if a.resumed_from else "-",
@@ -236,6 +246,12 @@ def status(run: RunArg = None, json_out: JsonOpt = False) -> None:
                 for a in view.attempts
             ],
         )
+
+
+def _cost(view: RunView) -> str:
+    """``3.20 GPU-hours (2 attempts) ≈ 9.60 USD``: GPUs × wall time of every attempt."""
+    n = len(view.attempts)
+    return cost_text(view.gpu_hours, view.cost, view.currency, f"{n} attempt{'s' * (n != 1)}")
 
 
 def _gate(gate: GateView) -> str:

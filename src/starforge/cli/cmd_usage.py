@@ -1,7 +1,8 @@
-"""``sf admin usage [--by user|project] [--since DATE]``, ``sf admin usage quota USER HOURS`` and
-``sf admin maintenance drain|status|resume`` (admins only).
+"""``sf admin usage [--by user|project|run] [--since DATE]``, ``sf admin usage quota USER
+HOURS`` and ``sf admin maintenance drain|status|resume`` (admins only).
 
-GPU-hours are each attempt's GPUs × its own recorded wall time, split at UTC midnight. The daily
+GPU-hours are each attempt's GPUs × its own recorded wall time, split at UTC midnight; with the
+server's ``gpu_hour_prices`` each figure has its cost too. The daily
 quota holds a user's new runs in the queue once their GPU-hours today reach it (running runs go
 on). A drain pauses every run that can resume from a checkpoint and stops dispatch; ``resume``
 requeues them in their order.
@@ -15,13 +16,13 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
-from starforge.cli.output import JsonOpt, out
+from starforge.cli.output import JsonOpt, cost_text, figure, out
 
 if TYPE_CHECKING:
     from starforge.contract.labops import MaintenanceStatus
 
 app = typer.Typer(
-    help="GPU-hours per user, project and day; the daily GPU-hour quota.",
+    help="GPU-hours (and cost) per user, project, day or run; the daily GPU-hour quota.",
     invoke_without_command=True,
 )
 maintenance_app = typer.Typer(
@@ -43,16 +44,17 @@ def _since(value: str | None) -> date | None:
 def usage(
     ctx: typer.Context,
     by: Annotated[
-        str, typer.Option("--by", help="day (user, project, day), user or project.")
+        str, typer.Option("--by", help="day (user, project, day), user, project or run.")
     ] = "day",
     since: Annotated[
         str | None, typer.Option("--since", help="From this UTC day on (YYYY-MM-DD).")
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Show GPU-hours used (GPUs × wall time of each attempt).
+    """Show GPU-hours used (GPUs × wall time of each attempt) and, where priced, their cost.
 
-    Examples: sf admin usage · sf admin usage --by user --since 2026-11-01 --json
+    Examples: sf admin usage · sf admin usage --by user --since 2026-11-01 --json ·
+    sf admin usage --by run
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -65,12 +67,22 @@ def usage(
     out.data(found.model_dump(mode="json"))
     if found.by == "day":
         columns = ["DAY", "USER", "PROJECT", "GPU-HOURS"]
-        rows = [[str(r.day), r.user, r.project, f"{r.gpu_hours:.2f}"] for r in found.rows]
+        rows = [[str(r.day), r.user, r.project, figure(r.gpu_hours)] for r in found.rows]
+    elif found.by == "run":
+        columns = ["RUN", "USER", "EXPERIMENT", "GPU-HOURS"]
+        rows = [
+            [r.run_id, r.user, f"{r.project}/{r.experiment}", figure(r.gpu_hours)]
+            for r in found.rows
+        ]
     else:
         columns = [found.by.upper(), "GPU-HOURS"]
-        rows = [[getattr(r, found.by), f"{r.gpu_hours:.2f}"] for r in found.rows]
+        rows = [[getattr(r, found.by), figure(r.gpu_hours)] for r in found.rows]
+    if found.currency or any(r.cost is not None for r in found.rows):
+        columns.append(f"COST ({found.currency})" if found.currency else "COST")
+        for r, row in zip(found.rows, rows, strict=True):
+            row.append("-" if r.cost is None else figure(r.cost))
     out.table(columns, rows)
-    out.line(f"total: {found.total_gpu_hours:.2f} GPU-hours")
+    out.line(f"total: {cost_text(found.total_gpu_hours, found.total_cost, found.currency)}")
 
 
 @app.command("quota")

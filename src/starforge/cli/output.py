@@ -161,6 +161,18 @@ def ago(when: datetime | None) -> str:
     return f"{max(seconds, 0)}s ago"
 
 
+def figure(value: float) -> str:
+    """A GPU-hour or money figure: two decimals, two significant digits below 0.01 (a short run's
+    hours are not shown as 0)."""
+    return f"{value:,.2f}" if value >= 0.01 or value == 0 else f"{value:.2g}"
+
+
+def cost_text(gpu_hours: float, cost: float | None, currency: str, note: str = "") -> str:
+    """``3.20 GPU-hours (note)`` and, where the server prices them, `` ≈ 9.60 USD``."""
+    money = f" ≈ {figure(cost)} {currency}".rstrip() if cost is not None else ""
+    return f"{figure(gpu_hours)} GPU-hours" + (f" ({note})" if note else "") + money
+
+
 def human_bytes(n: int) -> str:
     size = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):

@@ -97,6 +97,12 @@ class AttemptView(Contract):
     log_path: str
     resumed_from: str | None = None  # the checkpoint this attempt started from
     heartbeat_at: datetime | None = None  # the latest heartbeat of any of its runners
+    # What it held and cost (docs/lab-ops.md): GPUs of its allocation × its own wall time, up
+    # to now while it runs; money where the server prices every series it held (else None).
+    gpus: int = 0
+    gpu_hours: float = 0.0
+    cost: float | None = None
+    currency: str = ""
 
 
 class EventView(Contract):
@@ -157,6 +163,10 @@ class RunView(Contract):
 
     # The platform datasets the run reads, as admission resolved them: input -> OWNER/NAME@VERSION.
     datasets: dict[str, str] = Field(default_factory=dict)
+    # The sum of its attempts' (a paused run accrues nothing while paused: no attempt runs).
+    gpu_hours: float = 0.0
+    cost: float | None = None  # None: no price for a series it held (hours only)
+    currency: str = ""
 
 
 class StepView(Contract):

@@ -24,19 +24,26 @@ EVENT_HEADER = "X-StarForge-Event"
 
 
 class UsageRow(Contract):
-    """GPU-hours of one (user, project, day); a field is "" when the report groups it away."""
+    """GPU-hours of one (user, project, day), or of one run (``--by run``: its user, project and
+    experiment too); a field is "" when the report groups it away. ``cost``: the hours priced
+    by the server's ``gpu_hour_prices`` (None where a series it counts has no price)."""
 
     user: str = ""
     project: str = ""
     day: date | None = None
+    run_id: str = ""
+    experiment: str = ""
     gpu_hours: float
+    cost: float | None = None
 
 
 class UsageReport(Contract):
-    by: str  # "day" (user, project and day), "user" or "project"
+    by: str  # "day" (user, project and day), "user", "project" or "run"
     since: date | None = None
     rows: list[UsageRow] = Field(default_factory=list)
     total_gpu_hours: float = 0.0
+    total_cost: float | None = None
+    currency: str = ""  # of every cost in the report ("" when none is priced)
 
 
 class MyGpuHours(Contract):

@@ -260,6 +260,10 @@ class Settings(BaseSettings):
     # private addresses (None: only the embedded server, which is local to its one user, may);
     # ``notify_allow_cidrs``: ranges they may reach even so (e.g. [10.20.0.0/16] for a lab's own).
     daily_gpu_hours: float | None = Field(default=None, ge=0)
+    # What a GPU-hour costs, per GPU series (e.g. {h200: 3.0}), in ``currency``: runs and
+    # ``sf admin usage`` show money beside hours; a series without a price shows hours only.
+    gpu_hour_prices: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
+    currency: str = Field(default="", max_length=12)
     notify_allow_private: bool | None = None
     notify_allow_cidrs: list[IPvAnyNetwork] = Field(default_factory=list)
     notify_backoff_s: float = Field(default=2.0, gt=0)  # first retry; doubles up to the max

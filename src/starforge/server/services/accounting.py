@@ -1,18 +1,29 @@
-"""GPU-hour accounting and the daily GPU-hour quota.
+"""GPU-hour accounting, what it costs, and the daily GPU-hour quota.
 
 Nothing is counted separately: an attempt's GPU-hours are its GPUs (the slots of its allocation)
-× (``ended_at`` − ``started_at``) of its own row, a running attempt counting up to now. Figures
-per user, project and UTC day split each attempt at midnight, so a day's figure is exactly the
-part of each attempt that fell in it. The daily quota of a user is their row in
-``daily_gpu_quotas`` (an admin's), else the server's ``daily_gpu_hours``; a user who used it up
-today gets no new start (their queued runs wait with that reason, :func:`over_daily_quota`), and
-running runs go on.
+× (``ended_at`` − ``started_at``) of its own row, a running attempt counting up to now. A paused
+run holds no attempt, so it accrues nothing while paused; a resumed or retried run's attempts add
+up. A run on a profile with no GPUs (a CPU step) counts 0: what is counted is what the allocation
+held, so a run on a virtual ``h200`` inventory whose job runs on the CPU counts the GPUs it kept
+from everyone else. :func:`attempt_gpu_hours` is the one computation: a run's view
+(:func:`run_costs`), ``sf admin usage`` (:func:`report`), ``sf status`` and the daily quota all
+read it. Figures per user, project and UTC day split each attempt at midnight, so a day's figure
+is exactly the part of each attempt that fell in it.
+
+Money is hours × the server's ``gpu_hour_prices`` for the series of each slot's pool; a figure
+that counts hours of a series without a price has no cost (None: hours only), and with no prices
+configured nothing has one.
+
+The daily quota of a user is their row in ``daily_gpu_quotas`` (an admin's), else the server's
+``daily_gpu_hours``; a user who used it up today gets no new start (their queued runs wait with
+that reason, :func:`over_daily_quota`), and running runs go on.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
@@ -27,15 +38,36 @@ from starforge.server.runtime import Runtime
 from starforge.server.services import users
 from starforge.server.settings import Settings
 
-BY = ("day", "user", "project")
+BY = ("day", "user", "project", "run")
 _ATTEMPTS = select(
-    Run.user, Run.project, Attempt.allocation, Attempt.started_at, Attempt.ended_at
+    Run.id,
+    Run.user,
+    Run.project,
+    Run.experiment,
+    Run.pools,
+    Attempt.allocation,
+    Attempt.started_at,
+    Attempt.ended_at,
 ).join(Run, Run.id == Attempt.run_id)
+UNKNOWN_SERIES = "?"  # a slot whose pool the run does not name (never priced)
+
+Allocation = Sequence[Mapping[str, Any]] | None
+Pools = Sequence[Mapping[str, Any]] | None
 
 
-def gpus_of(allocation: Sequence[dict[str, Any]] | None) -> int:
+def gpus_of(allocation: Allocation) -> int:
     """GPUs an attempt held: every slot's GPUs, on every node."""
     return sum(len(slot.get("gpus") or []) for slot in allocation or [])
+
+
+def gpus_by_series(allocation: Allocation, pools: Pools) -> dict[str, int]:
+    """GPUs an attempt held per GPU series: each slot's under the series of its pool."""
+    series = {p.get("name"): p.get("series") for p in pools or []}
+    held: dict[str, int] = defaultdict(int)
+    for slot in allocation or []:
+        if gpus := len(slot.get("gpus") or []):
+            held[series.get(slot.get("pool")) or UNKNOWN_SERIES] += gpus
+    return dict(held)
 
 
 def split_by_day(start: datetime, end: datetime) -> list[tuple[date, float]]:
@@ -55,19 +87,97 @@ def _midnight(day: date) -> datetime:
     return datetime.combine(day, time(), tzinfo=UTC)
 
 
+def attempt_gpu_hours(
+    allocation: Allocation,
+    pools: Pools,
+    started: datetime | None,
+    ended: datetime | None,
+    now: datetime,
+    since: date | None = None,
+) -> dict[tuple[str, date], float]:
+    """GPU-hours of one attempt per (series, UTC day): its GPUs × the part of
+    ``[started, ended or now)`` in each day (from ``since`` on). An attempt not started yet
+    (placed, never run) or holding no GPU counts nothing."""
+    held = gpus_by_series(allocation, pools)
+    if started is None or not held:
+        return {}
+    start = max(started, _midnight(since)) if since is not None else started
+    found: dict[tuple[str, date], float] = defaultdict(float)
+    for day, hours in split_by_day(start, ended or now):
+        for series, gpus in held.items():
+            found[(series, day)] += gpus * hours
+    return dict(found)
+
+
+def price(hours_by_series: Mapping[str, float], prices: Mapping[str, float]) -> float | None:
+    """Money for GPU-hours per series; None with no prices, or hours of an unpriced series."""
+    if not prices or any(h > 0 and s not in prices for s, h in hours_by_series.items()):
+        return None
+    return sum(h * prices[s] for s, h in hours_by_series.items() if h > 0)
+
+
+def currency_of(settings: Settings, cost: float | None) -> str:
+    return settings.currency if cost is not None else ""
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What one attempt (or a run, their sum) held and cost."""
+
+    gpus: int
+    gpu_hours: float
+    cost: float | None
+
+
+def run_costs(settings: Settings, run: Run, now: datetime) -> tuple[list[Cost], Cost]:
+    """Each attempt's cost (in the order of ``run.attempts``) and the run's: their sum, priced
+    only when every attempt is."""
+    prices = settings.gpu_hour_prices
+    costs: list[Cost] = []
+    total: dict[str, float] = defaultdict(float)
+    for a in run.attempts:
+        mine: dict[str, float] = defaultdict(float)
+        for (series, _), hours in attempt_gpu_hours(
+            a.allocation, run.pools, a.started_at, a.ended_at, now
+        ).items():
+            mine[series] += hours
+            total[series] += hours
+        costs.append(Cost(gpus_of(a.allocation), sum(mine.values()), price(mine, prices)))
+    priced = None if any(c.cost is None for c in costs) else price(total, prices)
+    return costs, Cost(run.gpus, sum(total.values()), priced)
+
+
+@dataclass(frozen=True)
+class Share:
+    """GPU-hours of one attempt of one series on one UTC day."""
+
+    run_id: str
+    user: str
+    project: str
+    experiment: str
+    series: str
+    day: date
+    gpu_hours: float
+
+
+def shares(rows: Iterable[Sequence[Any]], now: datetime, since: date | None = None) -> list[Share]:
+    """Every attempt row's (:data:`_ATTEMPTS`'s columns) GPU-hours per series and day."""
+    found: list[Share] = []
+    for run_id, user, project, experiment, pools, allocation, started, ended in rows:
+        for (series, day), hours in attempt_gpu_hours(
+            allocation, pools, started, ended, now, since
+        ).items():
+            found.append(Share(run_id, user, project, experiment, series, day, hours))
+    return found
+
+
 def tally(
     rows: Iterable[Sequence[Any]], now: datetime, since: date | None = None
 ) -> dict[tuple[str, str, date], float]:
     """GPU-hours per (user, project, day) of attempt rows (:data:`_ATTEMPTS`'s columns)."""
     found: dict[tuple[str, str, date], float] = defaultdict(float)
-    floor = _midnight(since) if since is not None else None
-    for user, project, allocation, started, ended in rows:
-        gpus = gpus_of(allocation)
-        if started is None or gpus == 0:
-            continue
-        start = max(started, floor) if floor is not None else started
-        for day, hours in split_by_day(start, ended or now):
-            found[(user, project, day)] += gpus * hours
+    for s in shares(rows, now, since):
+        found[(s.user, s.project, s.day)] += s.gpu_hours
     return dict(found)
 
 
@@ -80,30 +190,61 @@ def _rows(conn: Connection | Session, since: date | None, user: str | None = Non
     return list(conn.execute(query).all())
 
 
+def _group(share: Share, by: str) -> tuple[Any, ...]:
+    if by == "day":
+        return (share.day, share.user, share.project)
+    if by == "run":
+        return (share.run_id, share.user, share.project, share.experiment)
+    return (share.user if by == "user" else share.project,)
+
+
+def _row(by: str, key: tuple[Any, ...], hours: float, cost: float | None) -> UsageRow:
+    if by == "day":
+        return UsageRow(day=key[0], user=key[1], project=key[2], gpu_hours=hours, cost=cost)
+    if by == "run":
+        run_id, user, project, experiment = key
+        return UsageRow(
+            run_id=run_id,
+            user=user,
+            project=project,
+            experiment=experiment,
+            gpu_hours=hours,
+            cost=cost,
+        )
+    return UsageRow(**{by: key[0]}, gpu_hours=hours, cost=cost)
+
+
 def report(rt: Runtime, admin: str, by: str = "day", since: date | None = None) -> UsageReport:
-    """Everyone's GPU-hours (admins only), per (user, project, day) or summed per user or
-    project, largest first for those."""
+    """Everyone's GPU-hours (admins only), per (user, project, day), or summed per user, project
+    or run (largest first for those), each priced where the server prices its series."""
     if by not in BY:
         raise UsageError(f"--by {by!r}: give one of {', '.join(BY)}")
     now = utcnow()
     with rt.transaction() as session:
         users.require_admin(session, admin)
-        figures = tally(_rows(session, since), now, since)
-    rows: list[UsageRow]
-    if by == "day":
-        rows = [
-            UsageRow(user=u, project=p, day=d, gpu_hours=h)
-            for (u, p, d), h in sorted(figures.items(), key=lambda kv: (kv[0][2], kv[0][:2]))
-        ]
-    else:
-        summed: dict[str, float] = defaultdict(float)
-        for (u, p, _), h in figures.items():
-            summed[u if by == "user" else p] += h
-        rows = [
-            UsageRow(**{by: key}, gpu_hours=h)
-            for key, h in sorted(summed.items(), key=lambda kv: (-kv[1], kv[0]))
-        ]
-    return UsageReport(by=by, since=since, rows=rows, total_gpu_hours=sum(figures.values()))
+        found = shares(_rows(session, since), now, since)
+    prices = rt.settings.gpu_hour_prices
+    grouped: dict[tuple[Any, ...], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    overall: dict[str, float] = defaultdict(float)
+    for s in found:
+        grouped[_group(s, by)][s.series] += s.gpu_hours
+        overall[s.series] += s.gpu_hours
+    hours = {key: sum(by_series.values()) for key, by_series in grouped.items()}
+
+    def order_of(key: tuple[Any, ...]) -> tuple[Any, ...]:
+        return key if by == "day" else (-hours[key], *key)
+
+    order = sorted(hours, key=order_of)
+    rows = [_row(by, k, hours[k], price(grouped[k], prices)) for k in order]
+    total_cost = price(overall, prices)
+    return UsageReport(
+        by=by,
+        since=since,
+        rows=rows,
+        total_gpu_hours=sum(overall.values()),
+        total_cost=total_cost,
+        currency=rt.settings.currency if prices else "",
+    )
 
 
 def daily_quota(session: Session, settings: Settings, user: str) -> float | None:

@@ -39,10 +39,11 @@ from starforge.contract.names import new_run_id
 from starforge.contract.states import EndReason, JobStatus
 from starforge.server import statemachine
 from starforge.server.db import packs
-from starforge.server.db.models import Attempt, Run
+from starforge.server.db.models import Attempt, Run, utcnow
 from starforge.server.executors.base import SupportsCheckPools, SupportsPendingReason
 from starforge.server.runtime import Runtime
 from starforge.server.services import (
+    accounting,
     admission,
     blobs,
     datasets,
@@ -282,8 +283,11 @@ def resolve(session: Session, user: str, ref: str) -> Run:
     return rows[0]
 
 
-def _attempt_view(a: Attempt) -> AttemptView:
-    return AttemptView.model_validate(a, from_attributes=True)  # the row's own fields
+def _attempt_view(rt: Runtime, a: Attempt, cost: accounting.Cost) -> AttemptView:
+    found = AttemptView.model_validate(a, from_attributes=True)  # the row's own fields
+    found.gpus, found.gpu_hours, found.cost = cost.gpus, cost.gpu_hours, cost.cost
+    found.currency = accounting.currency_of(rt.settings, cost.cost)
+    return found
 
 
 def stored_spec(run: Run) -> tuple[dict[str, Any], JobSpec | None]:
@@ -299,6 +303,7 @@ def view(rt: Runtime, run: Run, *, full: bool = True) -> RunView:
     data, spec = stored_spec(run)
     provenance = data.get("provenance") or {}
     run_dir = rt.storage.layout_of(run).dir
+    costs, total = accounting.run_costs(rt.settings, run, utcnow())
     return RunView(
         run_id=run.id,
         user=run.user,
@@ -320,7 +325,7 @@ def view(rt: Runtime, run: Run, *, full: bool = True) -> RunView:
         started_at=run.started_at,
         ended_at=run.ended_at,
         run_dir=str(run_dir),
-        attempts=[_attempt_view(a) for a in run.attempts],
+        attempts=[_attempt_view(rt, a, c) for a, c in zip(run.attempts, costs, strict=True)],
         events=[
             EventView(
                 at=e.at,
@@ -338,6 +343,9 @@ def view(rt: Runtime, run: Run, *, full: bool = True) -> RunView:
         max_retries=lifecycle.retry_limit(run),
         executor_pending=_executor_pending(rt, run),
         datasets={key: r.ref for key, r in resolved_of(run.config).items()},
+        gpu_hours=total.gpu_hours,
+        cost=total.cost,
+        currency=accounting.currency_of(rt.settings, total.cost),
     )
 
 
