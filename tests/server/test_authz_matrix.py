@@ -199,7 +199,9 @@ def call(client: TestClient, method: str, path: str, cell: Cell, submit: dict[st
     }
     key = f"{method} {path.removeprefix(API_PREFIX)}"
     headers = {"Authorization": f"Bearer {cell.token}"} if cell.token else {}
-    params = {"runs": cell.run_id} if key == "GET /progress" else {}
+    params: dict[str, Any] = {"runs": cell.run_id} if key == "GET /progress" else {}
+    if key == "GET /runs-diff":  # the cell's run compared with itself: two runs named
+        params = {"run": [cell.run_id, cell.run_id]}
     if key.startswith("PUT /blobs/"):
         return client.put(url, content=BLOB, headers=headers).status_code
     resp = client.request(method, url, json=bodies.get(key), headers=headers, params=params)

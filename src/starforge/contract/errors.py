@@ -350,3 +350,14 @@ class DatasetVersionExists(StarForgeError):
     code = "datasets.version_exists"
     http_status = 409
     exit_code = 2
+
+
+# ---- comparing runs ----------------------------------------------------------------------------
+
+
+class CompareRefused(StarForgeError):
+    """A comparison of runs that cannot be made as asked (too few or too many runs)."""
+
+    code = "compare.refused"
+    http_status = 422
+    exit_code = 2

@@ -33,6 +33,7 @@ from starforge.server.api import (
     cluster,
     datasets,
     deps,
+    diffs,
     errors,
     gate,
     images,
@@ -157,6 +158,7 @@ def create_app(
     app.include_router(labops.router, prefix=API_PREFIX, dependencies=version_gate)
     app.include_router(pipelines.router, prefix=API_PREFIX, dependencies=version_gate)
     app.include_router(datasets.router, prefix=API_PREFIX, dependencies=version_gate)
+    app.include_router(diffs.router, prefix=API_PREFIX, dependencies=version_gate)
     console.install(app)
     install_openapi(app)
     return app

@@ -12,9 +12,10 @@ What a rule means:
 - ``who``: ``anyone`` (no token), ``runner`` (the job's run token, checked by the service) or
   ``user`` (a user's bearer token, with at least ``role``; below it: 403).
 - ``on``: ``nothing`` (the lab as a whole), ``self`` (the caller's own things: tokens, usage) or
-  ``run`` (the run named in the path): a viewer or member reaches only their own runs, and another
-  user's run answers 404 as if it did not exist; an operator or admin reaches everyone's. The
-  services apply it through :func:`starforge.server.services.users.visible_runs`.
+  ``run`` (the run named in the path, or each run a ``run`` query parameter names): a viewer or
+  member reaches only their own runs, and another user's run answers 404 as if it did not exist;
+  an operator or admin reaches everyone's. The services apply it through
+  :func:`starforge.server.services.users.visible_runs`.
 """
 
 from __future__ import annotations
