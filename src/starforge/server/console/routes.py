@@ -1,10 +1,12 @@
-"""Serving the console: the page at ``/``, its static files, the chart library, one API call.
+"""Serving the console: the page at ``/``, its static files, the chart library, its API calls.
 
 The console is a single page (``static/index.html`` + ``app.js`` + ``style.css``) that talks to the
 same ``/api/v1`` as the CLI with the user's bearer token. A visitor who is not signed in gets a
 sign-in page (paste a token); the token is kept in the tab's session storage, so it dies with the
 tab (a link of the form ``/#/runs/ID?token=...`` also signs in; the fragment never reaches the
-server). What the console then shows is what the API lets that user's role see. Charts are
+server). What the console then shows is what the API lets that user's role see, and its action
+buttons are those ``GET /runs/{ref}/actions`` (or ``/sweeps/{id}/actions``) names: the actions the
+API would accept from that caller now (``views``). Charts are
 drawn by plotly.js, served from the ``plotly`` package installed from PyPI (its wheel ships
 ``package_data/plotly.min.js``), so no third-party file is copied into this repository.
 """
@@ -21,6 +23,7 @@ from fastapi.staticfiles import StaticFiles
 
 from starforge import __version__
 from starforge.contract.api import API_PREFIX, ArtifactList
+from starforge.contract.console import AllowedActions
 from starforge.server.api.authz import PUBLIC, ReadRun, authorize
 from starforge.server.api.deps import RuntimeDep, check_client_version
 from starforge.server.console import views
@@ -68,8 +71,20 @@ def run_artifacts(ref: str, rt: RuntimeDep, user: ReadRun) -> ArtifactList:
     return views.artifacts(rt, user, ref)
 
 
+@api.get("/runs/{ref}/actions", response_model=AllowedActions)
+def run_actions(ref: str, rt: RuntimeDep, user: ReadRun) -> AllowedActions:
+    """Which of stop, pause, resume, retry the caller may take on the run now (the buttons)."""
+    return views.run_actions(rt, user, ref)
+
+
+@api.get("/sweeps/{sweep_id}/actions", response_model=AllowedActions)
+def sweep_actions(sweep_id: str, rt: RuntimeDep, user: ReadRun) -> AllowedActions:
+    """Whether the caller may stop the sweep now (its "stop sweep" button)."""
+    return views.sweep_actions(rt, user, sweep_id)
+
+
 def install(app: FastAPI) -> None:
-    """Add the console's page, static files and API call to ``app``."""
+    """Add the console's page, static files and API calls to ``app``."""
     app.include_router(page)
     app.include_router(api, prefix=API_PREFIX, dependencies=[Depends(check_client_version)])
     app.mount("/console/static", StaticFiles(directory=STATIC), name="console-static")
