@@ -81,7 +81,8 @@ def usage(
         columns.append(f"COST ({found.currency})" if found.currency else "COST")
         for r, row in zip(found.rows, rows, strict=True):
             row.append("-" if r.cost is None else figure(r.cost))
-    out.table(columns, rows)
+    # run ids whole (they are copied into `sf job status`); a long experiment name wraps
+    out.table(columns, rows, wrap=("EXPERIMENT",) if found.by == "run" else None)
     out.line(f"total: {cost_text(found.total_gpu_hours, found.total_cost, found.currency)}")
 
 
