@@ -90,8 +90,9 @@ def run_facts(run: Run, skip: set[str], *, with_config: bool = True) -> Facts:
     for name, value in (spec.get("hyperparams") or {}).items():
         found[DiffSection.HYPERPARAMS, name] = value
     if with_config:
-        for path, value in _flatten(run.config or {}):
-            if path != RESOLVED_KEY and not _under_any(path, skip):
+        config = {k: v for k, v in (run.config or {}).items() if k != RESOLVED_KEY}
+        for path, value in _flatten(config):
+            if not _under_any(path, skip):
                 found[DiffSection.CONFIG, path] = value
     optional: dict[tuple[DiffSection, str], Any] = {
         (DiffSection.COMMIT, "git_commit"): provenance.get("git_commit"),
