@@ -164,12 +164,13 @@ COMMANDS: tuple[Lazy, ...] = (
 
 @functools.cache
 def job_group() -> typer.Typer:
-    """``sf job``: cmd_job's group plus ``metrics`` and ``console``, which live in their own
-    module and build on cmd_job (never the reverse)."""
-    from starforge.cli import cmd_job, cmd_metrics
+    """``sf job``: cmd_job's group plus ``metrics``, ``console`` and ``diff``, which live in their
+    own modules and build on cmd_job (never the reverse)."""
+    from starforge.cli import cmd_diff, cmd_job, cmd_metrics
 
     cmd_job.app.command("metrics")(cmd_metrics.metrics)
     cmd_job.app.command("console")(cmd_metrics.console)
+    cmd_job.app.command("diff")(cmd_diff.diff)
     return cmd_job.app
 
 

@@ -21,6 +21,7 @@ from starforge.client import trust
 from starforge.client.sse import EventStream
 from starforge.contract import api, blobbatch
 from starforge.contract.base import Contract
+from starforge.contract.diffs import RunDiff
 from starforge.contract.errors import (
     ServerError,
     ServerUnreachable,
@@ -299,6 +300,10 @@ class Client:
 
     def artifacts(self, ref: str) -> api.ArtifactList:
         return self._get(f"/runs/{ref}/artifacts", api.ArtifactList)
+
+    def runs_diff(self, refs: list[str]) -> RunDiff:
+        """What differs between 2 to 8 runs (ids or prefixes), in the order given."""
+        return self._get("/runs-diff", RunDiff, run=refs)
 
     def stream_logs(
         self,

@@ -93,3 +93,21 @@ def require_clean(state: GitState, *, allow_dirty: bool) -> None:
             hint="commit them (git commit -am '...'), or pass --allow-dirty to submit anyway",
             details={"changed": state.changed},
         )
+
+
+def has_commit(root: Path, commit: str) -> bool:
+    """Whether the repository at ``root`` holds ``commit`` (a full or abbreviated hash)."""
+    if not commit or commit.startswith("-") or not (root / ".git").exists():
+        return False
+    found = subprocess.run(
+        ["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=root, capture_output=True
+    )
+    return found.returncode == 0
+
+
+def changed_between(root: Path, old: str, new: str) -> list[str] | None:
+    """The files that differ between two commits (``git diff --name-only``), lab-relative; None
+    when the repository lacks either commit (a run submitted from another clone)."""
+    if not (has_commit(root, old) and has_commit(root, new)):
+        return None
+    return _split_z(_git(root, "diff", "--name-only", "-z", old, new, "--"))
