@@ -1,7 +1,9 @@
-// StarForge console: projects -> runs -> a run (spec, parameters, provenance, status and why,
-// attempts, live log, live curves, artifacts) and a sweep (variants ranked, curves overlaid).
+// StarForge console: projects -> runs -> a run (spec, parameters, provenance, lineage, status and
+// why, attempts, live log, live curves, artifacts, the actions the caller may take) and a sweep
+// (variants ranked, curves overlaid, stop); runs of a project compared (curves overlaid, the diff).
 // Plain JavaScript over the /api/v1 JSON API; charts are drawn by plotly.js (served from the
-// plotly package installed on the server).
+// plotly package installed on the server). Actions send the token in the Authorization header,
+// as every call does: no cookie exists that another site's page could make the browser send.
 "use strict";
 
 const API = "/api/v1";
@@ -201,6 +203,7 @@ async function projectPage(project, query) {
   const filter = query.get("status") || "all";
   crumbs([["projects", "#/"], [project]]);
   let pages = 1;
+  const picked = new Set(); // runs ticked for comparison, kept across the page's refreshes
   const render = async () => {
     // The pages asked for so far, each a keyset page of this project's runs (newest first), so
     // the page reads what it shows and never the project's whole history.
@@ -225,6 +228,8 @@ async function projectPage(project, query) {
       `${s === "all" ? "" : `?status=${s}`}">${s}<span class="n">${count(s)}</span></a>`).join("");
     const rows = shown.map((r) => `
       <tr class="link" data-run-id="${esc(r.run_id)}" onclick="location.hash='#/runs/${esc(r.run_id)}'">
+        <td class="pick"><input type="checkbox" class="pick" data-run-id="${esc(r.run_id)}"
+          aria-label="compare ${esc(r.run_id)}" ${picked.has(r.run_id) ? "checked" : ""}></td>
         <td><a class="mono" href="#/runs/${esc(r.run_id)}">${esc(r.run_id)}</a></td>
         <td>${esc(r.experiment)}</td><td>${esc(r.method)}</td><td>${badge(r.status)}</td>
         <td class="mono">${esc(r.profiles.join(" "))}</td><td class="num">${r.gpus}</td>
@@ -237,7 +242,9 @@ async function projectPage(project, query) {
         <span class="sub">${before ? "the latest " : ""}${mine.length} run${mine.length === 1 ? "" : "s"}</span></div>
       <div class="filters">${chips}</div>
       <div class="panel">
-        ${shown.length ? `<table id="runs"><thead><tr><th>Run</th><th>Experiment</th>
+        ${shown.length ? `<div class="compare-bar"><button id="compare" disabled>Compare</button>
+          <span class="muted" id="picked"></span></div>
+          <table id="runs"><thead><tr><th></th><th>Run</th><th>Experiment</th>
           <th>Method</th><th>Status</th><th>Profile</th><th class="num">GPUs</th>
           <th class="num">Steps</th><th>Submitted</th><th class="num">Duration</th><th>Why</th>
           </tr></thead><tbody>${rows}</tbody></table>`
@@ -246,10 +253,81 @@ async function projectPage(project, query) {
       </div>${await sweepsPanel(project).catch(() => "")}`;
     const older = document.getElementById("older");
     if (older) older.addEventListener("click", () => { pages += 1; render().catch(() => {}); });
+    pickForCompare(picked);
   };
   await render();
   every(5000, () => render().catch(() => {}));
 }
+
+// Ticking 2 to 8 runs (of any experiments of the project) enables "Compare": #/compare?runs=A,B.
+const MAX_COMPARED = 8;
+
+function pickForCompare(picked) {
+  const button = document.getElementById("compare");
+  if (!button) return;
+  const show = () => {
+    const n = picked.size;
+    button.disabled = n < 2 || n > MAX_COMPARED;
+    button.textContent = n ? `Compare ${n} runs` : "Compare";
+    document.getElementById("picked").textContent = n > MAX_COMPARED
+      ? `at most ${MAX_COMPARED} runs at a time` : n < 2 ? "tick 2 to 8 runs to compare them" : "";
+  };
+  for (const box of main.querySelectorAll("input.pick")) {
+    box.addEventListener("click", (e) => e.stopPropagation()); // not the row's link
+    box.addEventListener("change", () => {
+      if (box.checked) picked.add(box.dataset.runId); else picked.delete(box.dataset.runId);
+      show();
+    });
+  }
+  button.addEventListener("click", () => {
+    location.hash = `#/compare?runs=${[...picked].map(encodeURIComponent).join(",")}`;
+  });
+  show();
+}
+
+// ---- actions: what the caller may do to a run or a sweep ---------------------------------------
+
+// The server says which actions the caller may take now (GET .../actions: the authorization
+// table and the run's status decide), so the page keeps no copy of either rule. Each asks first.
+const VERBS = { stop: "Stop", pause: "Pause", resume: "Resume", retry: "Retry" };
+const QUESTIONS = {
+  stop: "Stop run {id}? Its processes get SIGTERM, then SIGKILL after the grace period.",
+  pause: "Pause run {id}? It saves a checkpoint and releases its GPUs; Resume continues it.",
+  resume: "Resume run {id}? It is queued again and continues from its latest checkpoint.",
+  retry: "Retry run {id}? It is queued again as a new attempt, from its latest checkpoint.",
+};
+
+function actionButtons(box, allowed, onAct) {
+  const key = JSON.stringify(allowed);
+  if (box.dataset.shown === key) return; // unchanged: keep the buttons (and a click under way)
+  box.dataset.shown = key;
+  box.innerHTML = allowed.actions.map((a) =>
+    `<button class="act ${esc(a)}" data-action="${esc(a)}">${esc(VERBS[a] || a)}</button>`).join("") +
+    (allowed.refused ? `<span class="readonly" id="read-only" title="${esc(allowed.refused)}">read only</span>` : "");
+  for (const button of box.querySelectorAll("button[data-action]")) {
+    button.addEventListener("click", () => onAct(button.dataset.action));
+  }
+}
+
+// Confirm, call the same endpoint as the CLI, and say what came of it in `out`.
+async function act(question, path, out, describe) {
+  if (!window.confirm(question)) return false;
+  for (const b of document.querySelectorAll("button.act")) b.disabled = true;
+  try {
+    const answer = await api(path, { method: "POST" });
+    const [ok, html] = describe(answer);
+    out.innerHTML = `<div class="result ${ok ? "ok" : "rejected"}">${html}</div>`;
+  } catch (err) {
+    out.innerHTML = `<div class="result rejected">${esc(err instanceof AuthError
+      ? "your token was not accepted: sign in again" : err.message)}</div>`;
+  } finally {
+    for (const b of document.querySelectorAll("button.act")) b.disabled = false;
+  }
+  return true;
+}
+
+const describeAction = (r) => [r.accepted,
+  `${r.accepted ? "" : "<b>Refused:</b> "}${esc(r.message)} ${badge(r.status)}`];
 
 // ---- the run page -----------------------------------------------------------------------------
 
@@ -267,12 +345,15 @@ function table(head, rows, id = "") {
 function runSkeleton(runId) {
   main.innerHTML = `
     <div class="page-head"><h1 class="mono" id="run-title">${esc(runId)}</h1>
-      <span id="run-status"></span><span class="sub" id="run-sub"></span></div>
+      <span id="run-status"></span><span class="sub" id="run-sub"></span>
+      <span class="actions" id="actions"></span></div>
+    <div id="action-result"></div>
     <div id="run-reason"></div>
     <div class="grid two">
       <section class="panel"><h2>Run</h2><div id="overview"></div></section>
       <section class="panel"><h2>Provenance</h2><div id="provenance"></div></section>
     </div>
+    <section class="panel"><h2>Lineage</h2><div id="lineage"></div></section>
     <section class="panel"><h2>Curves <span class="aside" id="curves-note"></span></h2>
       <div class="charts" id="curves"></div></section>
     <section class="panel"><h2>Log <span class="live off" id="live">idle</span>
@@ -319,7 +400,6 @@ function renderRun(run) {
     ["curves", external ? `external: <a href="${esc(external)}" target="_blank" rel="noopener">${esc(external)}</a>`
       : "on the platform (below)"],
     ["run dir", `<span class="mono">${esc(run.run_dir)}</span>`],
-    ...stepRows(run),
   ]);
   const prov = spec.provenance || {};
   document.getElementById("provenance").innerHTML = kv([
@@ -327,16 +407,18 @@ function renderRun(run) {
     ["untracked", esc((prov.untracked || []).join(", ") || "none")],
     ["client", esc(prov.client_version || "-")],
     ["method version", esc(spec.method ? `${spec.method.version} (${spec.method.framework_version || "-"})` : "-")],
-    ["image", `<span class="mono">${esc(spec.image || "the method's default")}</span>`],
+    ["image", `<span class="mono">${esc(run.image || spec.image || "the method's default")}</span>`],
     ["inputs", Object.entries(spec.inputs || {}).filter(([, v]) => v)
       .map(([k, v]) => `${esc(k)}: <span class="mono">${esc(v.value)}</span> (${esc(v.kind)})`).join("<br>") || "-"],
     ["user", esc(run.user)],
   ]);
+  const costed = run.attempts.some((a) => typeof a.gpu_hours === "number");
   document.getElementById("attempts").innerHTML = table(
-    ["#", "started", "ended", "exit", "end reason", "resumed from"],
+    ["#", "started", "ended", "exit", "end reason", "resumed from", ...(costed ? ["GPU-hours"] : [])],
     run.attempts.map((a) => [esc(a.number), when(a.started_at), when(a.ended_at),
       esc(a.exit_code ?? "-"), esc(a.end_reason || "-"),
-      `<span class="mono">${esc(a.resumed_from || "-")}</span>`]), "attempts-table");
+      `<span class="mono">${esc(a.resumed_from || "-")}</span>`,
+      ...(costed ? [costOf(a)] : [])]), "attempts-table");
   document.getElementById("events").innerHTML = table(
     ["when", "status", "why", "by"],
     run.events.slice().reverse().map((e) => [when(e.at),
@@ -344,9 +426,52 @@ function renderRun(run) {
   document.getElementById("spec").textContent = JSON.stringify(spec, null, 2);
 }
 
+const runLink = (id) => `<a class="mono" href="#/runs/${esc(id)}">${esc(id)}</a>`;
+
+function costOf(x) {
+  if (typeof x.gpu_hours !== "number") return "-";
+  const hours = `${+x.gpu_hours.toFixed(3)} GPU-hours`;
+  return typeof x.cost === "number" ? `${hours} · ${x.cost.toFixed(2)} ${esc(x.currency || "")}` : hours;
+}
+
+// Where the run comes from and what it led to: pipeline steps, --init-from, reruns, the dataset
+// versions and image it ran with, its eval gate's verdict, and what it cost (where the server
+// counts it). `reruns`: the runs of the project that rerun this one.
+function renderLineage(run, reruns) {
+  const spec = run.spec || {};
+  const rows = stepRows(run);
+  const from = spec.init_from;
+  if (from) {
+    const step = from.resolved_step ?? from.step;
+    rows.push(["init from", `${runLink(from.run_id)} · ${esc(from.kind)}` +
+      `${step !== null && step !== undefined ? ` at step ${esc(step)}` : ""}` +
+      `${from.parent_method ? ` <span class="muted">(${esc(from.parent_method)})</span>` : ""}`]);
+  }
+  if (run.rerun_of) rows.push(["rerun of", runLink(run.rerun_of)]);
+  if (reruns.length) {
+    rows.push(["reruns", reruns.map((r) => `${runLink(r.run_id)} ${badge(r.status)}`).join("<br>")]);
+  }
+  const data = Object.entries(run.datasets || {});
+  rows.push(["datasets", data.length ? data.map(([input, version]) =>
+    `${esc(input)}: <span class="mono">${esc(version)}</span>`).join("<br>") : "none"]);
+  rows.push(["image", `<span class="mono">${esc(run.image || spec.image || "-")}</span>` +
+    `${run.image_source ? ` <span class="muted">(${esc(run.image_source)})</span>` : ""}`]);
+  const gate = run.gate;
+  if (gate) {
+    const verdict = gate.passed === null || gate.passed === undefined ? "pending"
+      : gate.passed ? "passed" : "failed";
+    rows.push(["eval gate", `<span class="verdict ${verdict}" id="gate-verdict">${verdict}</span> ` +
+      `<span class="mono">${esc(gate.metric)} ${gate.bound === "min" ? "≥" : "≤"} ${fmt(gate.threshold)}</span>` +
+      `${gate.value !== null && gate.value !== undefined ? ` · got ${fmt(gate.value)}` : ""}` +
+      ` · judged by ${runLink(gate.run_id)}${gate.reason ? `<br><span class="muted">${esc(gate.reason)}</span>` : ""}`]);
+  }
+  if (typeof run.gpu_hours === "number") rows.push(["cost", costOf(run)]);
+  document.getElementById("lineage").innerHTML = kv(rows);
+}
+
 // A pipeline's steps (--then export, eval), each a run of its own with its own page and log.
 function stepRows(run) {
-  const link = (id) => `<a class="mono" href="#/runs/${esc(id)}">${esc(id)}</a>`;
+  const link = runLink;
   const rows = [];
   if (run.step) rows.push(["step", `${esc(run.step.action)} of ${link(run.step.root_run_id)}`]);
   if ((run.steps || []).length) {
@@ -447,10 +572,27 @@ function startLog(runId) {
   }, controller.signal);
 }
 
+// The runs of the project that rerun this one (a run records what it reruns, not its reruns).
+async function rerunsOf(run) {
+  const { runs } = await api(`/runs?limit=1000&project=${encodeURIComponent(run.project)}`);
+  return runs.filter((r) => r.rerun_of === run.run_id);
+}
+
 async function runPage(runId) {
   runSkeleton(runId);
   let run = await api(`/runs/${encodeURIComponent(runId)}`);
   crumbs([["projects", "#/"], [run.project, `#/projects/${encodeURIComponent(run.project)}`], [run.run_id]]);
+  const reruns = await rerunsOf(run).catch(() => []);
+  const path = `/runs/${encodeURIComponent(run.run_id)}`;
+  const showActions = async () => actionButtons(document.getElementById("actions"),
+    await api(`${path}/actions`), onAct);
+  const onAct = async (action) => {
+    const question = QUESTIONS[action].replace("{id}", run.run_id);
+    const out = document.getElementById("action-result");
+    if (await act(question, `${path}/${action}`, out, describeAction)) {
+      await refresh().catch(() => {});
+    }
+  };
   const charts = new Map();
   let meta = { hparams: {} };
   const filter = document.getElementById("hp-filter");
@@ -459,6 +601,7 @@ async function runPage(runId) {
     const was = run.status;
     run = await api(`/runs/${encodeURIComponent(runId)}`);
     renderRun(run);
+    renderLineage(run, reruns);
     const [metrics, reported, artifacts] = await Promise.all([
       api(`/runs/${encodeURIComponent(runId)}/metrics?max_points=1000`),
       api(`/runs/${encodeURIComponent(runId)}/meta`),
@@ -468,9 +611,11 @@ async function runPage(runId) {
     renderCurves(metrics, charts);
     renderHparams(run, meta, filter.value);
     renderArtifacts(artifacts);
+    await showActions();
     return ACTIVE.has(was) || ACTIVE.has(run.status);
   };
   renderRun(run);
+  renderLineage(run, reruns);
   startLog(runId);
   await refresh();
   let busy = false;
@@ -498,8 +643,20 @@ async function sweepsPanel(project) {
 }
 
 async function sweepPage(sweepId) {
+  let outcome = ""; // what the last "stop sweep" came to, kept across the page's refreshes
+  const stopSweep = async (sweep) => {
+    const question = `Stop sweep ${sweep.sweep_id}? Every variant that has not ended is stopped.`;
+    const out = document.getElementById("action-result");
+    const done = await act(question, `/sweeps/${encodeURIComponent(sweep.sweep_id)}/stop`, out,
+      ({ results }) => [true, results.length
+        ? `${results.filter((r) => r.accepted).length} of ${results.length} variants stopped:<br>` +
+          results.map((r) => `${esc(r.message)} ${badge(r.status)}`).join("<br>")
+        : "no variant was left to stop"]);
+    if (done) { outcome = out.innerHTML; await render().catch(() => {}); }
+  };
   const render = async () => {
     const sweep = await api(`/sweeps/${encodeURIComponent(sweepId)}`);
+    const allowed = await api(`/sweeps/${encodeURIComponent(sweep.sweep_id)}/actions`);
     crumbs([["projects", "#/"], [sweep.project, `#/projects/${encodeURIComponent(sweep.project)}`],
       [sweep.sweep_id]]);
     const keys = Object.keys(sweep.grid);
@@ -515,12 +672,16 @@ async function sweepPage(sweepId) {
       <div class="page-head"><h1 class="mono">${esc(sweep.sweep_id)}</h1>
         <span class="sub">${esc(sweep.experiment)} · ${sweep.variants.length} variants${rule
           ? ` · early stopping on ${esc(rule.metric)} (${rule.mode}) at steps ${rule.rungs.join(", ")},
-            keeping 1/${rule.keep}` : ""}</span></div>
+            keeping 1/${rule.keep}` : ""}</span><span class="actions" id="actions"></span></div>
+      <div id="action-result">${outcome}</div>
       <section class="panel"><h2>Variants, best first</h2>${table(
         ["rank", "run", "status", ...keys, sweep.metric || "metric", "step", "why it stopped"],
         rows, "variants")}</section>
       <section class="panel"><h2>Curves <span class="aside">${esc(sweep.metric)}</span></h2>
         <div class="plot" id="sweep-curves"></div></section>`;
+    actionButtons(document.getElementById("actions"), allowed, () => stopSweep(sweep));
+    const stop = document.querySelector('#actions button[data-action="stop"]');
+    if (stop) { stop.textContent = "Stop sweep"; stop.id = "stop-sweep"; }
     if (!sweep.metric || !window.Plotly) return;
     const traces = await Promise.all(sweep.variants.map(async (v) => {
       const data = await api(`/runs/${encodeURIComponent(v.run_id)}/metrics?key=` +
@@ -536,6 +697,132 @@ async function sweepPage(sweepId) {
   };
   await render();
   every(5000, () => render().catch(() => {}));
+}
+
+// ---- compare: 2 to 8 runs, their curves overlaid per metric and what differs between them -----
+
+const PALETTE = ["#3656d6", "#d9480f", "#2f8a3e", "#9b4dca", "#c2255c", "#0f7ea8", "#b7791f", "#495057"];
+
+// Exponential moving average, debiased at the start (the first points are not pulled to 0).
+function smooth(values, weight) {
+  if (!weight) return values;
+  let last = 0, n = 0;
+  return values.map((v) => {
+    if (typeof v !== "number" || !Number.isFinite(v)) return v;
+    last = last * weight + (1 - weight) * v;
+    n += 1;
+    return last / (1 - weight ** n);
+  });
+}
+
+function drawCompared(runs, metrics, weight, charts) {
+  const box = document.getElementById("compare-curves");
+  if (!window.Plotly) {
+    box.innerHTML = `<div class="empty">${esc(window.STARFORGE_NO_PLOTLY || "the chart library did not load")}</div>`;
+    return;
+  }
+  const keys = orderKeys([...new Set(metrics.flatMap((m) => m.series.map((s) => s.key)))]);
+  if (!keys.length) { box.innerHTML = `<div class="empty">None of these runs has reported curves yet.</div>`; return; }
+  if (box.querySelector(".empty")) box.innerHTML = "";
+  for (const key of keys) {
+    let chart = charts.get(key);
+    if (!chart) {
+      chart = document.createElement("div");
+      chart.className = "chart";
+      chart.dataset.key = key;
+      chart.innerHTML = `<div class="title"><span class="mono">${esc(key)}</span>
+        <span class="meta"></span></div><div class="plot"></div>`;
+      box.appendChild(chart);
+      charts.set(key, chart);
+    }
+    const traces = [];
+    runs.forEach((run, i) => {
+      const s = metrics[i].series.find((x) => x.key === key);
+      if (!s) return;
+      traces.push({ x: s.steps, y: smooth(s.values, weight), type: "scatter", mode: "lines",
+        name: run.run_id, line: { width: 2, color: PALETTE[i % PALETTE.length] },
+        hovertemplate: `${run.run_id}<br>step %{x}<br>%{y}<extra></extra>` });
+    });
+    chart.querySelector(".meta").textContent = `${traces.length} of ${runs.length} runs`;
+    Plotly.react(chart.querySelector(".plot"), traces, {
+      margin: { l: 48, r: 10, t: 6, b: 30 }, height: 210, showlegend: false,
+      xaxis: { title: { text: "step", standoff: 4 }, gridcolor: "#eef0f4", zeroline: false },
+      yaxis: { gridcolor: "#eef0f4", zeroline: false }, font: { size: 11 },
+      paper_bgcolor: "#fff", plot_bgcolor: "#fff",
+    }, { displayModeBar: false, responsive: true });
+  }
+}
+
+// The diff of GET /runs-diff: one row per key that differs, one column per run (in the asked
+// order); null is a key the run does not have.
+function renderDiff(runs, diff) {
+  const head = runs.map((r, i) => `<th><span class="swatch" style="background:${PALETTE[i % PALETTE.length]}"></span>` +
+    `<span class="mono">${esc(r.run_id)}</span></th>`).join("");
+  const rows = diff.rows.map((row) => `<tr data-section="${esc(row.section)}" data-key="${esc(row.key)}">
+    <td class="muted">${esc(row.section)}</td><td class="mono">${esc(row.key)}</td>
+    ${row.values.map((v) => v === null ? `<td class="muted">absent</td>`
+      : `<td class="mono">${esc(v)}</td>`).join("")}</tr>`).join("");
+  document.getElementById("diff").innerHTML = (diff.rows.length
+    ? `<table id="diff-table"><thead><tr><th>section</th><th>key</th>${head}</tr></thead>
+      <tbody>${rows}</tbody></table>` : `<div class="empty">Nothing differs.</div>`) +
+    `<p class="muted" id="diff-same">${diff.same} compared key${diff.same === 1 ? " is" : "s are"} the same in all runs</p>`;
+}
+
+async function comparePage(query) {
+  const asked = [...new Set((query.get("runs") || "").split(",").map((s) => s.trim()).filter(Boolean))];
+  crumbs([["projects", "#/"], ["compare"]]);
+  if (asked.length < 2 || asked.length > MAX_COMPARED) {
+    main.innerHTML = `<div class="panel error">Compare takes 2 to ${MAX_COMPARED} runs
+      (#/compare?runs=A,B); this link names ${asked.length}.</div>`;
+    return;
+  }
+  let runs = await Promise.all(asked.map((id) => api(`/runs/${encodeURIComponent(id)}`)));
+  const projects = [...new Set(runs.map((r) => r.project))];
+  crumbs([["projects", "#/"], ...projects.map((p) => [p, `#/projects/${encodeURIComponent(p)}`]),
+    [`compare ${runs.length} runs`]]);
+  main.innerHTML = `
+    <div class="page-head"><h1>Compare ${runs.length} runs</h1>
+      <span class="sub">curves on the same step axis; the table lists what differs</span></div>
+    <section class="panel"><div id="compared"></div></section>
+    <section class="panel"><h2>Curves <span class="aside"><label for="smoothing">smoothing</label>
+      <input type="range" id="smoothing" min="0" max="0.99" step="0.01" value="0">
+      <span class="mono" id="smoothing-value">0</span></span></h2>
+      <div class="charts" id="compare-curves"></div></section>
+    <section class="panel"><h2>Differences</h2><div id="diff"><p class="muted">loading…</p></div></section>`;
+  const legend = () => {
+    document.getElementById("compared").innerHTML = table(["", "run", "experiment", "method", "status", "submitted"],
+      runs.map((r, i) => [`<span class="swatch" style="background:${PALETTE[i % PALETTE.length]}"></span>`,
+        runLink(r.run_id), esc(r.experiment), esc(r.method), badge(r.status), when(r.created_at)]),
+      "compared-runs");
+  };
+  const charts = new Map();
+  const slider = document.getElementById("smoothing");
+  let metrics = [];
+  const draw = () => drawCompared(runs, metrics, Number(slider.value), charts);
+  slider.addEventListener("input", () => {
+    document.getElementById("smoothing-value").textContent = slider.value;
+    draw();
+  });
+  const load = async () => {
+    metrics = await Promise.all(runs.map((r) =>
+      api(`/runs/${encodeURIComponent(r.run_id)}/metrics?max_points=1000`)));
+    legend();
+    draw();
+  };
+  await load();
+  const ids = runs.map((r) => `run=${encodeURIComponent(r.run_id)}`).join("&");
+  api(`/runs-diff?${ids}`).then((diff) => renderDiff(runs, diff)).catch((err) => {
+    document.getElementById("diff").innerHTML = `<div class="error">${esc(err.message)}</div>`;
+  });
+  let busy = false;
+  every(5000, async () => { // curves of runs still going grow; ended ones are read once
+    if (busy || !runs.some((r) => ACTIVE.has(r.status))) return;
+    busy = true;
+    try {
+      runs = await Promise.all(runs.map((r) => api(`/runs/${encodeURIComponent(r.run_id)}`)));
+      await load();
+    } catch (_) { /* next tick */ } finally { busy = false; }
+  });
 }
 
 // ---- routing ----------------------------------------------------------------------------------
@@ -557,6 +844,7 @@ async function route() {
     api("/whoami").then(showWho).catch(() => {});
     if (parts[0] === "runs" && parts[1]) await runPage(parts[1]);
     else if (parts[0] === "sweeps" && parts[1]) await sweepPage(parts[1]);
+    else if (parts[0] === "compare") await comparePage(query);
     else if (parts[0] === "projects" && parts[1]) await projectPage(parts[1], query);
     else await projectsPage();
   } catch (err) {
