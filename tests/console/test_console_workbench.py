@@ -241,3 +241,88 @@ def test_a_viewer_sees_no_action_and_the_api_refuses_the_viewers_token(
         assert refused.status_code == 403
         assert refused.json()["message"] == refusal
     assert team.status("val", run_id)["status"] == "running"  # nothing changed
+
+
+def test_the_run_page_shows_a_reruns_lineage_both_ways_with_its_image_and_cost(
+    sf: Callable[..., Result], new_lab: Callable[..., Lab]
+) -> None:
+    lab = new_lab("lineage-lab")
+    add_experiment(lab, "curve", CURVE_JOB.format(lr=0.01, points=3))
+    commit_all(lab.root, "a curve")
+    parent = submitted(sf, lab, "curve")
+    assert wait_for(sf, parent, ENDED)["status"] == "succeeded"
+    again = sf("job", "rerun", parent, "--json")
+    assert again.code == 0, again.err
+    child = str(again.json()["run_id"])  # type: ignore[index]
+    assert wait_for(sf, child, ENDED)["status"] == "succeeded"
+    token = config.read_local_token()
+
+    with chromium() as page:
+        page.goto(f"{server_url()}/#/runs/{child}?token={token}")
+        lineage = page.locator("#lineage")
+        lineage.locator(f'a[href="#/runs/{parent}"]').wait_for()
+        text = lineage.inner_text()
+        assert f"rerun of\n{parent}" in text
+        assert "reg.example/t:1" in text and "GPU-hours" in text
+        lineage.locator(f'a[href="#/runs/{parent}"]').click()  # to the run it reruns
+        page.wait_for_function(
+            "id => document.getElementById('run-title').textContent === id", arg=parent
+        )
+        page.locator(f'#lineage a[href="#/runs/{child}"]').wait_for()  # and back: its reruns
+        assert f"reruns\n{child}" in page.locator("#lineage").inner_text()
+
+
+def add_sweep(home: Path, owner: str, run_ids: list[str]) -> str:
+    """A sweep of ``owner`` grouping ``run_ids`` (its variants), written beside the server: a sweep
+    needs a method with parameters to vary, and these runs hold until they are stopped."""
+    from starforge.server.db.engine import make_engine, make_sessions
+    from starforge.server.db.sweeps import Sweep, SweepRun
+    from starforge.server.settings import load_settings
+
+    sweep_id = f"s-{run_ids[0][2:12]}"
+    engine = make_engine(load_settings(home).db_url)
+    try:
+        with make_sessions(engine).begin() as session:
+            session.add(
+                Sweep(id=sweep_id, user=owner, project="sweep-lab", experiment="held",
+                      idempotency_key=sweep_id, grid={"variant": list(range(len(run_ids)))})
+            )  # fmt: skip
+            session.flush()
+            session.add_all(
+                SweepRun(sweep_id=sweep_id, run_id=run_id, index=i, params={"variant": i})
+                for i, run_id in enumerate(run_ids)
+            )
+    finally:
+        engine.dispose()
+    return sweep_id
+
+
+def test_a_member_stops_their_sweep_from_its_page(
+    sf: Callable[..., Result],
+    monkeypatch: pytest.MonkeyPatch,
+    new_lab: Callable[..., Lab],
+    server_home: Path,
+) -> None:
+    team = Team(sf, monkeypatch)
+    team.add("sam", "member")
+    lab = new_lab("sweep-lab")
+    add_experiment(lab, "held", HELD_JOB)
+    commit_all(lab.root, "a held job")
+    runs = [submitted(lambda *a, cwd=None: team.as_("sam", *a, cwd=cwd), lab, "held") for _ in "ab"]
+    for run_id in runs:
+        assert wait_for(sf, run_id, {"running", *ENDED})["status"] == "running"
+    sweep_id = add_sweep(server_home, "sam", runs)
+
+    with chromium() as page:
+        page.goto(f"{server_url()}/#/sweeps/{sweep_id}?token={team.tokens['sam']}")
+        page.locator("#variants").wait_for()
+        page.once("dialog", lambda dialog: dialog.accept())
+        page.locator("#stop-sweep", has_text="Stop sweep").click()
+        page.locator("#action-result .result.ok", has_text="2 of 2 variants stopped").wait_for()
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('#variants .status')]"
+            ".every(s => s.textContent === 'stopped')"
+        )
+        assert page.locator("#stop-sweep").count() == 0  # nothing left to stop
+    for run_id in runs:
+        assert team.status("sam", run_id)["status"] == "stopped"
