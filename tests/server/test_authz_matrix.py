@@ -194,6 +194,7 @@ def call(client: TestClient, method: str, path: str, cell: Cell, submit: dict[st
         "POST /admin/maintenance/drain": {"note": "matrix"},
         "POST /notify/endpoints": {"url": "https://93.184.216.34/hook"},
         "POST /runs/{ref}/export": {"idempotency_key": f"key-{next(_ids):08d}"},
+        "POST /runs/{ref}/rerun": {"idempotency_key": f"key-{next(_ids):08d}"},
         "POST /datasets": matrix_dataset,
         "PUT /datasets/{owner}/{dataset}/visibility": {"public": True},
     }
@@ -233,9 +234,10 @@ def test_a_route_that_only_asks_for_a_user_is_reported_as_unguarded(settings: Se
     assert declared_rules(app)[f"GET {API_PREFIX}/new-endpoint"] == []
 
 
-# Routes whose service refuses the matrix's bare runs (no method that exports, no checkpoint):
-# their rejection (422) comes after authorization, so it proves the call went through.
-REJECTED_ON_BARE_RUNS = "/runs/{ref}/export"
+# Routes whose service refuses the matrix's bare runs (no method that exports, no checkpoint, no
+# spec to rerun): their rejection (422) comes after authorization, so it proves the call went
+# through.
+REJECTED_ON_BARE_RUNS = ("/runs/{ref}/export", "/runs/{ref}/rerun")
 
 
 def test_each_cell_of_routes_roles_and_owners_answers_as_its_rule_says(client: TestClient) -> None:

@@ -1,6 +1,7 @@
-"""``sf job ls|status|logs|stop|pause|resume|retry``: follow and control runs. A run id may be
-any unambiguous prefix; no id means the latest run (for ``logs`` and ``status``). Actions answer
-accepted or not-with-the-reason (exit 0 either way: a rejection is information, not an error)."""
+"""``sf job ls|status|logs|stop|pause|resume|retry|rerun``: follow and control runs. A run id
+may be any unambiguous prefix; no id means the latest run (for ``logs`` and ``status``). Actions
+answer accepted or not-with-the-reason (exit 0 either way: a rejection is information, not an
+error). ``rerun`` (:mod:`starforge.cli.cmd_rerun`) makes a new run from a run's record."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from starforge.cli import cmd_rerun
 from starforge.cli.output import JsonOpt, ago, cost_text, figure, out, status_text
 
 # Command modules import the client lazily, inside each command: `sf --help` stays fast.
@@ -196,6 +198,8 @@ def status(run: RunArg = None, json_out: JsonOpt = False) -> None:
     ]
     at = [key for key, _ in rows].index("reason") + 1
     rows[at:at] = _pending_rows(view)  # a queued run: its place in the queue, in numbers
+    if view.rerun_of:  # `sf job rerun`: the run it was made from
+        rows.insert([key for key, _ in rows].index("commit") + 1, ("rerun of", view.rerun_of))
     if view.spec is not None and view.spec.init_from is not None:  # --init-from: its parent
         after = [key for key, _ in rows].index("commit") + 1
         rows.insert(after, ("lineage", f"started from {view.spec.init_from.describe()}"))
@@ -434,3 +438,5 @@ for _action, _help in (
     ),
 ):
     _action_command(_action, _help)
+
+app.command(name="rerun")(cmd_rerun.rerun)

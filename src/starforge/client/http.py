@@ -33,7 +33,7 @@ from starforge.contract.errors import (
 # Users, images and sweeps are imported by the methods that need them: `sweeps` alone pulls in
 # params, config and yaml, which `sf job logs` and `sf submit` never use.
 if TYPE_CHECKING:
-    from starforge.contract import auth, images, sweeps
+    from starforge.contract import auth, images, reruns, sweeps
 
 M = TypeVar("M", bound=Contract)
 _UPLOAD_CHUNK = 1 << 20
@@ -230,6 +230,11 @@ class Client:
 
     def retry(self, run_id: str) -> api.ActionResult:
         return self._post(f"/runs/{run_id}/retry", api.ActionResult)
+
+    def rerun(self, ref: str, request: reruns.RerunRequest) -> reruns.RerunResponse:
+        from starforge.contract import reruns
+
+        return self._post(f"/runs/{ref}/rerun", reruns.RerunResponse, request)
 
     def logs(
         self,

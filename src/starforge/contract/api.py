@@ -143,6 +143,7 @@ class RunView(Contract):
     image_source: str = ""  # which rule chose it: flag|framework-default|runtime-registry|catalog
     git_commit: str = ""
     git_dirty: bool = False
+    rerun_of: str = ""  # the run this one reruns (`sf job rerun`); "" for a submission
     created_at: datetime
     started_at: datetime | None = None
     ended_at: datetime | None = None

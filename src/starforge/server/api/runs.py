@@ -1,5 +1,5 @@
 """Submitting, listing and reading runs, the user actions on them (stop, pause, resume, retry;
-each answered accepted or rejected-with-reason), and reading their logs."""
+each answered accepted or rejected-with-reason), rerunning one, and reading their logs."""
 
 from __future__ import annotations
 
@@ -17,11 +17,12 @@ from starforge.contract.api import (
     SubmitRequest,
     SubmitResponse,
 )
+from starforge.contract.reruns import RerunRequest, RerunResponse
 from starforge.contract.states import JobStatus
 from starforge.server.api.authz import ActOnRun, Reader, ReadRun, Submitter
 from starforge.server.api.bodies import body_doc, json_body
 from starforge.server.api.deps import RuntimeDep
-from starforge.server.services import actions, jobs, logs
+from starforge.server.services import actions, jobs, logs, reruns
 
 if TYPE_CHECKING:
     from starforge.server.runtime import Runtime
@@ -90,6 +91,17 @@ for _name, _act in (
     ("retry", actions.retry),
 ):
     _action_route(_name, _act)
+
+
+@router.post("/runs/{ref}/rerun", response_model=RerunResponse, status_code=201)
+def rerun_run(
+    ref: str, body: RerunRequest, response: Response, rt: RuntimeDep, user: ActOnRun
+) -> RerunResponse:
+    """201 with the new run made from run ``ref``'s record, or 200 with the run an earlier
+    request with the key made; a run the caller cannot read is not found."""
+    result = reruns.rerun(rt, user, ref, body)
+    response.status_code = 201 if result.created else 200
+    return result
 
 
 @router.get("/runs/{ref}/logs", response_model=LogChunk)

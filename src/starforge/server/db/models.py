@@ -140,6 +140,9 @@ class Run(Base):
     # that chose it (contract.images.ImageSource); "" for a run without an image.
     image: Mapped[str] = mapped_column(String(1200), default="", server_default="")
     image_source: Mapped[str] = mapped_column(String(40), default="", server_default="")
+    # The run this one reruns (`sf job rerun`: its package, parameters, image and datasets as
+    # recorded); "" for a run submitted from a lab.
+    rerun_of: Mapped[str] = mapped_column(String(32), default="", server_default="")
     idempotency_key: Mapped[str] = mapped_column(String(128))
     run_token_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)  # runner's
     job_token_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)  # job's

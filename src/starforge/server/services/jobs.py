@@ -205,8 +205,9 @@ def admit_request(
     )
 
 
-def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
-    """Admit and queue a submission, or return the run an earlier one with its key made.
+def submit(rt: Runtime, user: str, req: SubmitRequest, *, rerun_of: str = "") -> SubmitResponse:
+    """Admit and queue a submission, or return the run an earlier one with its key made;
+    ``rerun_of``: the run it reruns (``services/reruns``), recorded on the new run.
 
     Two transactions: one read (a snapshot that takes no write lock on SQLite) of everything
     admission needs, and one write that commits the run and answers from the same session. The
@@ -231,6 +232,8 @@ def submit(rt: Runtime, user: str, req: SubmitRequest) -> SubmitResponse:
     limits = context.limits
     run = new_run(user, req, admitted)
     run.priority = limits.priority  # the queue orders by the user's priority at submit
+    if rerun_of:
+        run.rerun_of = rerun_of
     try:
         with rt.transaction() as session:
             # A racing request with the same key fails here, before the answer.
@@ -321,6 +324,7 @@ def view(rt: Runtime, run: Run, *, full: bool = True) -> RunView:
         image_source=run.image_source,
         git_commit=str(provenance.get("git_commit", "")),
         git_dirty=bool(provenance.get("git_dirty", False)),
+        rerun_of=run.rerun_of or "",
         created_at=run.created_at,
         started_at=run.started_at,
         ended_at=run.ended_at,
