@@ -10,6 +10,8 @@ real embedded server with real runs and users.
   follow the status (a stopped run offers retry).
 - A viewer (a member made a viewer, who still sees their own run) gets no action button, and the
   API refuses the action for that viewer's token.
+- A member stops their ``sf sweep`` from its page: every variant still queued (their quota holds
+  no run) ends stopped.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from tests.console.test_console_browser import (  # noqa: F401  (pytestmark: the
     pytestmark,
 )
 from tests.integration.conftest import embedded_server, sf_home, wait_for  # noqa: F401
+from tests.integration.test_lab_sweeps import SFT_ARGS, sft_lab
 from tests.integration.test_users import Team
 
 INVENTORY = [{"name": "h200-1", "series": "h200", "gpus": 8}]
@@ -272,46 +275,26 @@ def test_the_run_page_shows_a_reruns_lineage_both_ways_with_its_image_and_cost(
         assert f"reruns\n{child}" in page.locator("#lineage").inner_text()
 
 
-def add_sweep(home: Path, owner: str, run_ids: list[str]) -> str:
-    """A sweep of ``owner`` grouping ``run_ids`` (its variants), written beside the server: a sweep
-    needs a method with parameters to vary, and these runs hold until they are stopped."""
-    from starforge.server.db.engine import make_engine, make_sessions
-    from starforge.server.db.sweeps import Sweep, SweepRun
-    from starforge.server.settings import load_settings
-
-    sweep_id = f"s-{run_ids[0][2:12]}"
-    engine = make_engine(load_settings(home).db_url)
-    try:
-        with make_sessions(engine).begin() as session:
-            session.add(
-                Sweep(id=sweep_id, user=owner, project="sweep-lab", experiment="held",
-                      idempotency_key=sweep_id, grid={"variant": list(range(len(run_ids)))})
-            )  # fmt: skip
-            session.flush()
-            session.add_all(
-                SweepRun(sweep_id=sweep_id, run_id=run_id, index=i, params={"variant": i})
-                for i, run_id in enumerate(run_ids)
-            )
-    finally:
-        engine.dispose()
-    return sweep_id
-
-
 def test_a_member_stops_their_sweep_from_its_page(
-    sf: Callable[..., Result],
-    monkeypatch: pytest.MonkeyPatch,
-    new_lab: Callable[..., Lab],
-    server_home: Path,
+    sf: Callable[..., Result], monkeypatch: pytest.MonkeyPatch, new_lab: Callable[..., Lab]
 ) -> None:
     team = Team(sf, monkeypatch)
     team.add("sam", "member")
-    lab = new_lab("sweep-lab")
+    lab = sft_lab(new_lab)
     add_experiment(lab, "held", HELD_JOB)
     commit_all(lab.root, "a held job")
-    runs = [submitted(lambda *a, cwd=None: team.as_("sam", *a, cwd=cwd), lab, "held") for _ in "ab"]
+    # sam may hold one run at once and holds one: the sweep's variants wait in the queue.
+    assert sf("admin", "quota", "set", "sam", "--max-runs", "1").code == 0
+    holder = submitted(lambda *a, cwd=None: team.as_("sam", *a, cwd=cwd), lab, "held")
+    assert wait_for(sf, holder, {"running", *ENDED})["status"] == "running"
+    got = team.as_(
+        "sam", "sweep", "s1", "-g", "learning_rate=1e-5,3e-4", *SFT_ARGS, "--json", cwd=lab.root
+    )
+    assert got.code == 0, got.err + got.out
+    created: Any = got.json()
+    sweep_id, runs = created["sweep_id"], [r["run_id"] for r in created["runs"]]
     for run_id in runs:
-        assert wait_for(sf, run_id, {"running", *ENDED})["status"] == "running"
-    sweep_id = add_sweep(server_home, "sam", runs)
+        assert team.status("sam", run_id)["status"] == "queued"
 
     with chromium() as page:
         page.goto(f"{server_url()}/#/sweeps/{sweep_id}?token={team.tokens['sam']}")
@@ -326,3 +309,6 @@ def test_a_member_stops_their_sweep_from_its_page(
         assert page.locator("#stop-sweep").count() == 0  # nothing left to stop
     for run_id in runs:
         assert team.status("sam", run_id)["status"] == "stopped"
+    assert team.status("sam", holder)["status"] == "running"  # not a variant: left alone
+    assert team.as_("sam", "job", "stop", holder).code == 0
+    assert sf("admin", "quota", "set", "sam", "--max-runs", "none").code == 0
