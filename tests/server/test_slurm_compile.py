@@ -137,3 +137,11 @@ def test_paths_with_spaces_stay_one_argument() -> None:
 def test_a_component_needs_one_binding_per_node() -> None:
     with pytest.raises(ValueError, match="2 nodes, 1 bindings"):
         compile_batch(job(Component("h200", "h200", 8, ["h200-1", "h200-2"], [binding(0)])))
+
+
+def test_a_master_address_the_server_knows_is_exported_without_asking_scontrol() -> None:
+    pool = Component("h200", "h200", 8, ["h200-1", "h200-2"], [binding(0), binding(1)])
+    script = compile_batch(job(pool, master_addr="10.0.0.7"))
+    assert "export STARFORGE_SLURM_MASTER_ADDR=10.0.0.7\n" in script
+    assert "scontrol show" not in script
+    assert PROLOGUE.split("pids=()")[0].splitlines()[-1] in script  # the job id, as before

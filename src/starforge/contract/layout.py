@@ -159,6 +159,11 @@ class RunLayout:
     def exit_record(self, attempt: int, node_rank: int) -> Path:
         return self._node_file(attempt, node_rank, "exit.json")
 
+    def submitted(self, attempt: int) -> Path:
+        """Written by an executor before it submits the attempt as one job (Slurm's sbatch):
+        where it is absent, no job of the attempt can exist."""
+        return self.state / f"attempt-{attempt}.submitted"
+
     def events_spool(self, attempt: int, node_rank: int) -> Path:
         """A folder per node and attempt: a later attempt never replays an older one's reports."""
         return self._node_file(attempt, node_rank, "events")

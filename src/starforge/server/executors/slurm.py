@@ -5,8 +5,13 @@ places exactly those (``--nodelist``) and runs one runner per node (``slurm_comp
 are ``slurm:<jobid>:<rank>``: every node of an attempt shares its job.
 
 - Starting is idempotent per attempt: the job is named ``sf.<run_id>.<attempt>`` and a live job of
-  that name is reused instead of submitted again. An ``sbatch`` that fails raises with Slurm's own
-  message; nothing was submitted, so nothing is left half-created.
+  that name is reused instead of submitted again. Slurm is asked for it only where the run's
+  folder says a submission was tried (``RunLayout.submitted``, written durably before each
+  ``sbatch``): an attempt's first start, nearly every start, costs one ``squeue`` less. An
+  ``sbatch`` that fails raises with Slurm's own message; nothing was submitted, so nothing is
+  left half-created.
+- The batch script is given rank 0's ``NodeAddr`` from the ``sinfo`` this server read (the
+  scheduler pass reads it fresh), so the job asks ``scontrol`` nothing before its runners start.
 - Liveness is read in one ``squeue --json`` per ``query_cache_s`` (one per reconcile pass, not per
   node). A job Slurm no longer lists, or lists in a final state, is dead. When ``squeue`` fails
   (slurmctld down) ``is_alive`` raises and the reconciler leaves the node alone: nothing is lost.
@@ -240,10 +245,14 @@ class SlurmExecutor:
     def start_attempt(
         self, job_name: str, nodes: list[NodeLaunch], pools: list[Pool], image: str
     ) -> dict[int, str]:
-        existing = self._live_job_named(job_name)
-        if existing is not None:  # submitted by a server that died before recording it
-            log.info("%s is already Slurm job %s: not submitted again", job_name, existing)
-            return {n.rank: f"{PREFIX}{existing}:{n.rank}" for n in nodes}
+        tried = self._submit_marker(job_name, nodes)
+        if tried is not None and tried.exists():
+            existing = self._live_job_named(job_name)
+            if existing is not None:  # submitted by a server that died before recording it
+                log.info("%s is already Slurm job %s: not submitted again", job_name, existing)
+                return {n.rank: f"{PREFIX}{existing}:{n.rank}" for n in nodes}
+        elif tried is not None:
+            write_json_atomic(tried, {"job_name": job_name, "at": time.time()})
         account = submit_account(nodes[0].binding_path)
         if account is not None:
             stage_run(nodes[0].binding_path, account)
@@ -253,6 +262,15 @@ class SlurmExecutor:
         job_id = int(out.strip().split(";")[0])
         self._submitted[job_id] = time.monotonic()  # a squeue asked before now cannot list it
         return {n.rank: f"{PREFIX}{job_id}:{n.rank}" for n in nodes}
+
+    @staticmethod
+    def _submit_marker(job_name: str, nodes: list[NodeLaunch]) -> Path | None:
+        """The file that says this attempt's submission was tried (None: a job name of no
+        attempt, always looked up in Slurm)."""
+        attempt = _attempt_of(job_name)
+        if attempt is None:
+            return None
+        return RunLayout(nodes[0].binding_path.parent.parent).submitted(attempt)
 
     def _live_job_named(self, name: str) -> int | None:
         """The id of a job of this name Slurm still holds (pending or running), or None."""
@@ -297,7 +315,16 @@ class SlurmExecutor:
             pyxis=s.pyxis,
             mounts=self.mounts,
             extra_args=list(s.sbatch_args),
+            master_addr=self._address_of(ordered[0].node),
         )
+
+    def _address_of(self, node: str) -> str:
+        """The ``NodeAddr`` of ``node`` from the latest ``sinfo`` read ("" when none was read,
+        or it does not list the node: the batch script then asks ``scontrol``)."""
+        cluster = self._cluster
+        if cluster is None or not any(n.name == node for n in cluster.nodes):
+            return ""
+        return cluster.address(node)
 
     def start(self, binding_path: Path, log_path: Path) -> str:
         raise SlurmError("the Slurm executor starts whole attempts (start_attempt), not nodes")

@@ -9,7 +9,10 @@ paths are the task's arguments, in rank order).
 
 What the job's topology is comes from what Slurm allocated: the runner reads Slurm's
 ``CUDA_VISIBLE_DEVICES`` and the master address this script exports (the ``NodeAddr`` of the first
-node of component 0, where rank 0 runs) — see ``starforge.runner.slurm``.
+node of component 0, where rank 0 runs) — see ``starforge.runner.slurm``. The server names that
+address when it knows it (``BatchJob.master_addr``, from the ``sinfo`` its scheduler pass read):
+the script then asks ``scontrol`` nothing, two commands and two controller calls fewer before
+the first runner starts; else the script looks it up.
 
 A stop or pause signals the job's steps (``scancel --signal=TERM``: the runners, which
 checkpoint), never the batch shell or ``srun`` (to ``srun`` TERM means "kill the step now"). The
@@ -52,6 +55,7 @@ class BatchJob:
     pyxis: bool = False
     mounts: list[str] = field(default_factory=list)  # host paths the container must see
     extra_args: list[str] = field(default_factory=list)
+    master_addr: str = ""  # rank 0's node's NodeAddr, when the server knows it
 
 
 @dataclass(frozen=True)
@@ -114,13 +118,22 @@ def _srun(job: BatchJob, index: int, c: Component) -> str:
     return shlex.join(argv) + " &"
 
 
-_PROLOGUE = """\
+_LOOKUP_MASTER = """\
 set -u
 # Rank 0 runs on the first node of component 0: its address is the job's master address.
 nodelist="${SLURM_JOB_NODELIST_HET_GROUP_0:-$SLURM_JOB_NODELIST}"
 first=$(scontrol show hostnames "$nodelist" | head -n 1)
 addr=$(scontrol show node "$first" | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p')
 export STARFORGE_SLURM_MASTER_ADDR="${addr:-$first}"
+"""
+
+_GIVEN_MASTER = """\
+set -u
+# Rank 0 runs on the first node of component 0: its address is the job's master address.
+export STARFORGE_SLURM_MASTER_ADDR={addr}
+"""
+
+_PROLOGUE = """\
 export STARFORGE_SLURM_JOB_ID="$SLURM_JOB_ID"
 pids=()
 # TERM before the time limit reaches this shell only: hand it to the runners (the job's steps).
@@ -155,7 +168,8 @@ def compile_batch(job: BatchJob) -> str:
             lines.append("#SBATCH hetjob")
         lines += [f"#SBATCH {opt}" for opt in _component(c)]
     lines.append(f"# StarForge {job.job_name}: one runner per node")
-    body = [_PROLOGUE]
+    master = _GIVEN_MASTER.format(addr=shlex.quote(job.master_addr)) if job.master_addr else ""
+    body = [master or _LOOKUP_MASTER, _PROLOGUE]
     for index, c in enumerate(job.components):
         body.append(_srun(job, index, c) + '\npids+=("$!")\n')
     body.append(_EPILOGUE)
