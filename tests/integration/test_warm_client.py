@@ -213,6 +213,9 @@ def interrupted_follow(lab: Lab, *, warm: bool) -> tuple[str, Sf]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # As from a terminal's shell. A suite started in the background (`cmd &` in a script)
+        # inherits SIGINT ignored, and Python keeps an ignored SIGINT ignored.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stdout is not None
     lines = [proc.stdout.readline()]
