@@ -5,13 +5,14 @@ from __future__ import annotations
 import threading
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 
-from starforge.contract.errors import AmbiguousRun, RunNotFound
+from starforge.contract.errors import AmbiguousRun, MissingBlobs, Rejected, RunNotFound
+from starforge.contract.jobspec import FileEntry
 from starforge.contract.states import EndReason, JobStatus
 from starforge.server.db.models import Event, Run
 from starforge.server.runtime import Runtime
-from starforge.server.services import actions, jobs
+from starforge.server.services import actions, blobs, images, jobs
 
 from .factories import (
     FakeExecutor,
@@ -80,6 +81,54 @@ def test_concurrent_requests_with_one_key_make_one_run(rt: Runtime) -> None:
     assert sorted(created for _, created in results) == [False] * 5 + [True]
     assert count_runs(rt) == 1
     assert not (rt.storage.root / "runs").exists()  # no files at all until the run is placed
+
+
+def test_a_submit_reads_in_three_statements_and_writes_in_three(rt: Runtime) -> None:
+    submit(rt)  # the first one may prepare what later ones reuse
+    req = request(rt)
+    seen: list[str] = []
+
+    def record(conn: object, cursor: object, statement: str, *args: object) -> None:
+        seen.append(statement.split(None, 1)[0].upper())
+
+    event.listen(rt.engine, "before_cursor_execute", record)
+    try:
+        resp = jobs.submit(rt, "alice", req)
+    finally:
+        event.remove(rt.engine, "before_cursor_execute", record)
+    assert resp.created and resp.queue_position == 2
+    assert seen == ["SELECT", "SELECT", "SELECT", "INSERT", "INSERT", "SELECT"]
+
+
+def test_the_admins_allowlist_and_framework_default_apply_at_submit(rt: Runtime) -> None:
+    with rt.transaction() as session:
+        images.allow(session, "other.example", "alice")
+    with pytest.raises(Rejected) as refused:
+        submit(rt)
+    assert "registry registry.example is not on this server's allowlist" in refused.value.message
+    assert "allowed: other.example" in refused.value.message
+    with rt.transaction() as session:
+        images.allow(session, "registry.example", "alice")
+        images.set_default(session, "trl", "registry.example/trl:v2", "alice")
+    assert submit(rt).created
+    with rt.reading() as session:  # both tables, as the submit read them: one statement
+        defaults, entries = images.admission_tables(session, rt.settings)
+    assert defaults == {"trl": "registry.example/trl:v2"}
+    assert entries == ["other.example", "registry.example"]
+
+
+def test_a_file_only_another_user_uploaded_is_named_missing_at_submit(rt: Runtime) -> None:
+    req = request(rt)
+    data = b"bob's own file\n"
+    digest = rt.storage.put_bytes(data)
+    blobs.record(rt, "bob", digest)
+    req.manifest.files.append(
+        FileEntry(path="experiments/exp/extra.txt", sha256=digest, size=len(data))
+    )
+    with pytest.raises(MissingBlobs) as refused:
+        jobs.submit(rt, "alice", req)
+    assert refused.value.details["missing"] == [digest]
+    assert count_runs(rt) == 0
 
 
 # ---- read -------------------------------------------------------------------------------------

@@ -81,14 +81,16 @@ _INSERT_RUN = sa.insert(Run.__table__)
 _INSERT_EVENT = sa.insert(Event.__table__)
 
 
-def admit_now(session: Session, run: Run, *, reason: str, actor: str) -> None:
+def admit_now(session: Session | sa.Connection, run: Run, *, reason: str, actor: str) -> None:
     """:func:`admit`, written at once as two INSERTs instead of through the session's unit of
     work (a third of a submit's CPU): ``run`` stays transient, its fields as committed. A racing
-    run with the same idempotency key fails here, with IntegrityError."""
+    run with the same idempotency key fails here, with IntegrityError. ``session``: a session or
+    a bare connection inside the caller's transaction."""
     now = _queue(run, reason)
     columns = Run.__table__.columns.keys()
     given = sa.inspect(run).dict  # the fields set on it: the others take their column defaults
-    conn = session.connection()  # plain Core: not even the ORM's bulk path
+    # Plain Core: not even the ORM's bulk path.
+    conn = session.connection() if isinstance(session, Session) else session
     conn.execute(_INSERT_RUN, {k: v for k, v in given.items() if k in columns})
     event = {"run_id": run.id, "at": now, "src": None, "dst": run.status}
     conn.execute(_INSERT_EVENT, {**event, "reason": reason, "actor": actor})

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, literal, null, select, union_all
 from sqlalchemy.orm import Session
 
 from starforge.catalog.loader import Method
@@ -78,8 +78,35 @@ def db_allowlist(session: Session | Connection) -> list[str]:
 
 def allowlist(session: Session | Connection, settings: Settings) -> list[str]:
     """Every allowed entry: the settings' then the admins'; empty means every registry."""
+    return _with_configured(settings, db_allowlist(session))
+
+
+def _with_configured(settings: Settings, stored: list[str]) -> list[str]:
     configured = [check_registry_entry(e) for e in settings.allowed_registries]
-    return configured + [e for e in db_allowlist(session) if e not in configured]
+    return configured + [e for e in stored if e not in configured]
+
+
+# Both tables admission reads, in one statement: ("default", framework, ref), ("allowed", entry).
+_BOTH = union_all(
+    select(
+        literal("default"), _DEFAULTS.selected_columns.framework, _DEFAULTS.selected_columns.ref
+    ),
+    select(literal("allowed"), _ENTRY, null()),
+)
+
+
+def admission_tables(
+    session: Session | Connection, settings: Settings
+) -> tuple[dict[str, str], list[str]]:
+    """:func:`framework_defaults` and :func:`allowlist`, read in one statement."""
+    defaults: dict[str, str] = {}
+    stored: list[str] = []
+    for kind, key, ref in session.execute(_BOTH):
+        if kind == "default":
+            defaults[key] = ref
+        else:
+            stored.append(key)
+    return defaults, _with_configured(settings, sorted(stored))
 
 
 def allow(session: Session, entry: str, actor: str) -> str:

@@ -16,13 +16,17 @@ more than one enabled user a member without an account is refused at submit, nam
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Label, bindparam, func, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from starforge.contract.errors import Rejected
 from starforge.server.db.models import User
 from starforge.server.runtime import Runtime
+from starforge.server.settings import Settings
 
 # The account of a member whose mapping an admin removed after the run was admitted: never the
 # server's own (root); the runner (root under Slurm) starts the job as this one instead.
@@ -34,18 +38,58 @@ def _users(conn: Session | Connection) -> int:
     return found or 0
 
 
-def require_separation(rt: Runtime, conn: Session | Connection, user: str) -> None:
-    """Refuse ``user``'s run on a server that cannot keep it apart from other users' jobs."""
+_USERS = User.__table__.c
+
+
+def _of_user(column: Any) -> Label[Any]:
+    return (
+        select(column).where(_USERS.name == bindparam("user")).scalar_subquery().label(column.name)
+    )
+
+
+# What the refusal judges, as columns of one SELECT without a FROM (a submit adds its other
+# reads to it): the user's role and Unix account (NULL for no such user) and the enabled users.
+STANDING: tuple[Label[Any], ...] = (
+    _of_user(_USERS.role),
+    _of_user(_USERS.unix_user),
+    select(func.count()).where(_USERS.disabled.is_(False)).scalar_subquery().label("enabled_users"),
+)
+_STANDING = select(*STANDING)
+
+
+@dataclass(frozen=True)
+class Standing:
+    """What :func:`require_separation` judges of a user (the columns of :data:`STANDING`)."""
+
+    role: str | None  # None: no such user
+    unix_user: str | None
+    enabled_users: int
+
+    @classmethod
+    def of(cls, row: Any) -> Standing:
+        return cls(row.role, row.unix_user, int(row.enabled_users or 0))
+
+
+def judged(settings: Settings) -> bool:
+    """Whether :func:`require_separation` reads anything on this server."""
+    return settings.isolation != "none" and (settings.slurm_accounts or not settings.job_uids)
+
+
+def require_separation(
+    rt: Runtime, conn: Session | Connection, user: str, standing: Standing | None = None
+) -> None:
+    """Refuse ``user``'s run on a server that cannot keep it apart from other users' jobs;
+    ``standing``: the user's, read already with the caller's other reads (else read here, in
+    one statement)."""
     settings = rt.settings
-    if settings.isolation == "none":
+    if not judged(settings):
         return
+    if standing is None:
+        standing = Standing.of(conn.execute(_STANDING, {"user": user}).one())
     if settings.slurm_accounts:
-        _require_account(conn, user)
+        _require_account(standing, user)
         return
-    if settings.job_uids:
-        return
-    role = conn.scalar(select(User.role).where(User.name == user))
-    if _users(conn) <= 1 or role == "admin":
+    if standing.enabled_users <= 1 or standing.role == "admin":
         return
     _, why = settings.job_isolation()
     hint = (
@@ -66,11 +110,15 @@ def require_separation(rt: Runtime, conn: Session | Connection, user: str) -> No
     )
 
 
-def _require_account(conn: Session | Connection, user: str) -> None:
+def _require_account(standing: Standing, user: str) -> None:
     """On a root Slurm server of several users, a member's jobs need their Unix account (an
     admin's unmapped jobs run as the server's user, as on any server)."""
-    row = conn.execute(select(User.role, User.unix_user).where(User.name == user)).first()
-    if row is None or row.unix_user or row.role == "admin" or _users(conn) <= 1:
+    if (
+        standing.role is None
+        or standing.unix_user
+        or standing.role == "admin"
+        or standing.enabled_users <= 1
+    ):
         return
     raise Rejected(
         f"{user} has no Unix account on this Slurm server: a member's jobs run as their own "

@@ -38,7 +38,7 @@ from starforge.contract.jobspec import JobSpec
 from starforge.contract.names import new_run_id
 from starforge.contract.states import EndReason, JobStatus
 from starforge.server import statemachine
-from starforge.server.db import packs
+from starforge.server.db.engine import read_only
 from starforge.server.db.models import Attempt, Run, utcnow
 from starforge.server.executors.base import SupportsCheckPools, SupportsPendingReason
 from starforge.server.runtime import Runtime
@@ -71,9 +71,16 @@ MAX_CANDIDATES = 8
 
 _BY_KEY = select(Run).where(Run.user == bindparam("user"), Run.idempotency_key == bindparam("key"))
 _RUNS = Run.__table__.c
-# The first question of every submit, as a Core read: almost always answered "none".
-_ID_BY_KEY = select(_RUNS.id).where(
-    _RUNS.user == bindparam("user"), _RUNS.idempotency_key == bindparam("key")
+# A submit's reads of the database but its package's blobs, as one statement (no FROM): the run
+# an earlier request with its key made (almost always none), what the isolation rule judges of
+# the submitter, and the submitter's own quota.
+_SUBMITTER = select(
+    select(_RUNS.id)
+    .where(_RUNS.user == bindparam("user"), _RUNS.idempotency_key == bindparam("key"))
+    .scalar_subquery()
+    .label("existing"),
+    *isolation.STANDING,
+    *quotas.OWN,
 )
 
 
@@ -168,11 +175,16 @@ class AdmissionContext:
 
 def admission_context(rt: Runtime, session: Session | Connection, user: str) -> AdmissionContext:
     limits, _ = quotas.effective(session, rt.settings, user)
+    return _context(rt, session, limits)
+
+
+def _context(rt: Runtime, session: Session | Connection, limits: Quota) -> AdmissionContext:
+    defaults, entries = images.admission_tables(session, rt.settings)
     image_check = functools.partial(
         images.admit_image,
         settings=rt.settings,
-        defaults=images.framework_defaults(session),
-        entries=images.allowlist(session, rt.settings),
+        defaults=defaults,
+        entries=entries,
         login=functools.partial(registries.login_for, rt),
     )
     return AdmissionContext(limits, image_check)
@@ -209,20 +221,22 @@ def submit(rt: Runtime, user: str, req: SubmitRequest, *, rerun_of: str = "") ->
     """Admit and queue a submission, or return the run an earlier one with its key made;
     ``rerun_of``: the run it reruns (``services/reruns``), recorded on the new run.
 
-    Two transactions: one read (a snapshot that takes no write lock on SQLite) of everything
-    admission needs, and one write that commits the run and answers from the same session. The
-    committed row is the durable record; the run's files are written when it is placed."""
+    Two transactions of three statements each, on bare connections (no session, no unit of
+    work): one read (a snapshot that takes no write lock on SQLite) of everything admission needs
+    (:data:`_SUBMITTER`, the image tables, the package's blobs), and one write of the run and its
+    event that answers with the run's place. The committed row is the durable record; the run's
+    files are written when it is placed."""
     digests = req.manifest.digests()
-    with rt.reading() as session:
-        conn = session.connection()  # Core reads on the snapshot's connection: no ORM per read
-        if conn.scalar(_ID_BY_KEY, {"user": user, "key": req.idempotency_key}) is not None:
-            existing = _find_by_key(session, user, req.idempotency_key)
-            assert existing is not None  # the same snapshot
-            return _replay(session, existing, req)
-        isolation.require_separation(rt, conn, user)
-        context = admission_context(rt, conn, user)
-        have = blobs.owned(conn, user, digests)
-        extents = packs.locate(conn, digests)
+    with read_only(rt.engine) as conn:
+        found = conn.execute(_SUBMITTER, {"user": user, "key": req.idempotency_key}).one()
+        if found.existing is not None:
+            with Session(bind=conn) as session:
+                existing = _find_by_key(session, user, req.idempotency_key)
+                assert existing is not None  # the same snapshot
+                return _replay(session, existing, req)
+        isolation.require_separation(rt, conn, user, isolation.Standing.of(found))
+        context = _context(rt, conn, quotas.of_own(rt.settings, found))
+        have, extents = blobs.owned_at(conn, user, digests)
     storage = rt.storage.pinned(digests, extents)
     # Ownership first: admission reads blobs (the sensitive-content check, the config), and what
     # it says of one must never be about another user's upload.
@@ -235,10 +249,11 @@ def submit(rt: Runtime, user: str, req: SubmitRequest, *, rerun_of: str = "") ->
     if rerun_of:
         run.rerun_of = rerun_of
     try:
-        with rt.transaction() as session:
+        # A request's transaction, never a leader's pass: nothing to fence (rt.transaction).
+        with rt.engine.begin() as conn:
             # A racing request with the same key fails here, before the answer.
-            statemachine.admit_now(session, run, reason="waiting for the scheduler", actor=user)
-            conn = session.connection()  # the COUNT sees the two INSERTs admit_now wrote
+            statemachine.admit_now(conn, run, reason="waiting for the scheduler", actor=user)
+            # The COUNT sees the two INSERTs admit_now wrote.
             response = submit_response(conn, run, created=True, warnings=admitted.warnings)
     except IntegrityError:  # the same key committed meanwhile: answer with that run
         with rt.transaction() as session:

@@ -82,6 +82,27 @@ def effective(session: Session | Connection, settings: Settings, user: str) -> t
     return _quota(*row), False
 
 
+# The user's own quota as columns of a SELECT without a FROM (a submit adds them to its one read
+# of the submitter): each field NULL, and ``quota_set`` false, when an admin set none.
+OWN: tuple[sa.Label[Any], ...] = (
+    *(
+        select(c)
+        .where(_COLUMNS.user == sa.bindparam("user"))
+        .scalar_subquery()
+        .label(f"quota_{c.name}")
+        for c in _OF_USER.selected_columns
+    ),
+    sa.exists().where(_COLUMNS.user == sa.bindparam("user")).label("quota_set"),
+)
+
+
+def of_own(settings: Settings, row: Any) -> Quota:
+    """The quota a row holding the columns of :data:`OWN` gives: the user's, else the default."""
+    if not row.quota_set:
+        return defaults(settings)
+    return _quota(*(getattr(row, f"quota_{c.name}") for c in _OF_USER.selected_columns))
+
+
 def _validate(rt: Runtime, quota: Quota) -> None:
     profiles = {p.name for p in rt.settings.profiles}
     unknown = sorted(set(quota.allowed_profiles or []) - profiles)
