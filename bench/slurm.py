@@ -15,8 +15,18 @@ GPUs (the note "slurm-on-one-machine").
 
 The StarForge half (``--with-starforge``): the same script as N runs through ``sf submit`` on the
 Slurm executor (a server of its own, ``executor: slurm``), timed from just before each ``sf
-submit`` and, apart, from the server's acceptance of the run. Aim (issue 12): StarForge adds under
-0.3 s to Slurm's own start latency and keeps at least half of plain sbatch's throughput.
+submit`` and, apart, from the server's acceptance of the run. Aim (issue 32): the first line at
+most 0.3 s after sbatch's (``starforge.start_latency_from_accepted_s.p50`` against
+``sbatch.start_latency_s.p50``).
+
+The sweep (also with ``--with-starforge``, on the same server once those runs ended): one ``sf
+sweep submit`` of N variants (``-g learning_rate=...``), how labs submit many runs at once, timed
+from just before the CLI to the last variant's end, against the N plain ``sbatch`` jobs of the
+anchor half: ``sweep.wall_s``, ``sweep.start_latency_s`` (each variant's first line after the
+CLI started), ``sweep.cli_s`` (the CLI's own time) and ``sweep_wall_ratio`` (sweep over sbatch
+wall; aim: at most 2). Sweeps need a method with parameters: the variants are ``trl/sft`` runs
+whose ``train.py`` stamps as JOB does (it imports no training library), their model and data
+tiny files of the project.
 
 Usage: .venv/bin/python bench/slurm.py [--jobs 20] [--with-starforge]
 """
@@ -109,14 +119,35 @@ def sf(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return done
 
 
-def make_lab(work: Path, stamps: Path) -> Path:
-    """A lab whose experiment ``b1`` runs JOB, stamping into ``stamps`` under its run id."""
+# The sweep's job: JOB's stamps from Python (trl/sft runs the experiment's train.py).
+SWEEP_JOB = """import os, time
+stamps, key = {stamps!r}, os.environ["FORGE_RUN_ID"]
+with open(f"{{stamps}}/start.{{key}}", "w") as f:
+    f.write(repr(time.time()))
+with open(f"{{stamps}}/.end.{{key}}", "w") as f:
+    f.write(repr(time.time()))
+os.rename(f"{{stamps}}/.end.{{key}}", f"{{stamps}}/end.{{key}}")
+"""
+SWEEP_INPUTS = ["--model", "models/m", "--train-data", "data/t.jsonl"]
+SWEEP_INPUTS += ["--validation-data", "data/v.jsonl"]
+
+
+def make_lab(work: Path, stamps: Path, sweep_stamps: Path) -> Path:
+    """A lab whose experiment ``b1`` runs JOB, stamping into ``stamps`` under its run id, and
+    whose ``s1`` (trl/sft) runs SWEEP_JOB into ``sweep_stamps``."""
     lab = work / "lab"
     sf("init", str(lab), "--yes")
     sf("new", "b1", "--method", "custom/custom", cwd=lab)
     exp = lab / "experiments" / "b1"
     (exp / "config.yaml").write_text("starforge:\n  observability: platform\n")
     (exp / "train.sh").write_text(JOB.replace("$1", str(stamps)).replace("$2", "$FORGE_RUN_ID"))
+    sf("new", "s1", "--method", "trl/sft", cwd=lab)
+    (lab / "experiments" / "s1" / "train.py").write_text(SWEEP_JOB.format(stamps=str(sweep_stamps)))
+    (lab / "models" / "m").mkdir(parents=True)
+    (lab / "models" / "m" / "config.json").write_text('{"model_type": "llama"}\n')
+    (lab / "data").mkdir(exist_ok=True)
+    for name in ("t", "v"):
+        (lab / "data" / f"{name}.jsonl").write_text('{"prompt": "a", "completion": "b"}\n')
     subprocess.run(["git", "add", "-A"], cwd=lab, check=True)
     subprocess.run(["git", "commit", "-qm", "bench"], cwd=lab, check=True)
     return lab
@@ -128,15 +159,16 @@ def starforge_half(n: int, work: Path) -> dict[str, Any]:
     A server of its own (``executor: slurm`` in its server.yaml, its own home); runs submitted
     back to back, each timed from just before its ``sf submit`` (a CLI process: validate, pack,
     upload, admit) and, apart, from the moment the server accepted it (its ``queued`` event).
+    Then the sweep (:func:`sweep_half`) on the same server; both halves' figures are returned.
     """
-    home, stamps = work / "sf-home", work / "starforge"
-    home.mkdir()
-    stamps.mkdir()
+    home, stamps, sweep_stamps = work / "sf-home", work / "starforge", work / "sweep"
+    for folder in (home, stamps, sweep_stamps):
+        folder.mkdir()
     # No container runtime: the job runs on the node as sbatch's does, wherever podman is installed.
     (home / "server.yaml").write_text("executor: slurm\ncontainers: none\n")
     os.environ["STARFORGE_HOME"] = str(home)
     os.environ.pop("STARFORGE_SERVER", None)
-    lab = make_lab(work, stamps)
+    lab = make_lab(work, stamps, sweep_stamps)
     sf("server", "start")
     try:
         submitted: list[float] = []
@@ -147,6 +179,7 @@ def starforge_half(n: int, work: Path) -> dict[str, Any]:
             run_ids.append(json.loads(got.stdout)["run_id"])
         started, ended = wait_for_stamps(stamps, run_ids)
         accepted = [queued_at(run_id) for run_id in run_ids]
+        swept = sweep_half(n, lab, sweep_stamps)
     finally:
         sf("server", "stop")
     result = figures(submitted, started, ended)
@@ -155,7 +188,19 @@ def starforge_half(n: int, work: Path) -> dict[str, Any]:
         "p50": round(percentile(from_accepted, 50), 3),
         "p90": round(percentile(from_accepted, 90), 3),
     }
-    return result
+    return {"starforge": result, "sweep": swept}
+
+
+def sweep_half(n: int, lab: Path, stamps: Path) -> dict[str, Any]:
+    """One ``sf sweep submit`` of ``n`` variants (SWEEP_JOB each), timed from just before it."""
+    rates = ",".join(f"{(i + 1) * 1e-5:.5f}" for i in range(n))
+    grid = ["-g", f"learning_rate={rates}", "--profile", "h200:1", *SWEEP_INPUTS]
+    began = time.time()
+    got = json.loads(sf("sweep", "submit", "s1", *grid, "--json", cwd=lab).stdout)
+    cli_s = time.time() - began  # validate, pack, upload once, admit every variant
+    run_ids = [str(r["run_id"]) for r in got["runs"]]
+    started, ended = wait_for_stamps(stamps, run_ids)
+    return {**figures([began] * len(run_ids), started, ended), "cli_s": round(cli_s, 3)}
 
 
 def queued_at(run_id: str) -> float:
@@ -176,12 +221,13 @@ def main() -> None:
         work = Path(tmp)
         result: dict[str, Any] = {"sbatch": sbatch_half(args.jobs, work)}
         if args.with_starforge:
-            result["starforge"] = starforge_half(args.jobs, work)
+            result.update(starforge_half(args.jobs, work))
             sb, sf = result["sbatch"], result["starforge"]
             result["starforge_added_p50_s"] = round(
                 sf["start_latency_s"]["p50"] - sb["start_latency_s"]["p50"], 3
             )
             result["throughput_ratio"] = round(sf["completed_per_s"] / sb["completed_per_s"], 2)
+            result["sweep_wall_ratio"] = round(result["sweep"]["wall_s"] / sb["wall_s"], 2)
     print(json.dumps(result, indent=2))
 
 
