@@ -6,7 +6,9 @@ StarForge, through its real API on a real embedded server (virtual inventory: tw
 * ``admissions_per_s``: POST /jobs into the queue while a blocker holds every GPU (so every run
   waits and the scheduler re-plans the growing queue after each admission), one client and four;
 * ``scheduler_pass_10k``: one pass over 10,000 queued runs, the pure ``scheduler.plan`` (a full
-  cluster, mixed shapes, 50 users), and the whole pass with SQLite (read, plan, store reasons);
+  cluster, mixed shapes, 50 users), and the whole pass with SQLite (read, plan, store reasons):
+  the first, passes that find nothing new, and passes after an arrival (which plan again), each
+  also in CPU ms, the steadier figure on a shared machine (``--only scheduler``: just these);
 * ``submit_to_running_idle``: idle cluster, random 0.2-1.2 s gaps (a fixed gap phase-locks to
   loop ticks); client clock from before POST to ``running`` seen, server clock queued->starting
   (the scheduler's own latency) and queued->running (includes the runner's start-up);
@@ -19,6 +21,7 @@ cluster, trivial jobs/s end to end, with the tuned configuration of
 Without Slurm the reference figures of the issue are printed, marked ``"source": "reference"``.
 
 Usage: .venv/bin/python bench/resources.py [--quick] [--with-slurm] [--no-slurm]
+       [--only scheduler [--database-url URL]]
 """
 
 from __future__ import annotations
@@ -319,16 +322,24 @@ def pure_pass(n: int, repeats: int) -> dict[str, Any]:
     return {**found, "aim_ms": 50}
 
 
-def db_pass(root: Path, n: int) -> dict[str, Any]:
-    """The dispatcher's pass with SQLite: read the queue, plan, store every changed reason (the
-    first pass stores 10,000; the next ones none). One GPU per node stays free, so the pass
-    cannot skip, and every queued run needs at least two, so none starts."""
+def db_pass(
+    root: Path, n: int, repeats: int = 5, database_url: str | None = None
+) -> dict[str, Any]:
+    """The dispatcher's pass with SQLite (or the empty database at ``database_url``): read the
+    queue, plan, store every changed reason (the first pass stores 10,000; the next ones none).
+    One GPU per node stays free, so the pass cannot skip, and every queued run needs at least
+    two, so none starts.
+
+    Three kinds of pass, each timed on the wall clock and in CPU (this thread's): the first,
+    which stores every reason; passes that find the queue as the latest pass left it (the plan
+    is kept); passes after one more run was queued (the whole queue is planned again)."""
     from starforge.server.db.models import Attempt, Run
     from starforge.server.runtime import build_runtime
     from starforge.server.services import dispatch
     from starforge.server.settings import load_settings
 
-    settings = load_settings(root / "db-pass", inventory=INVENTORY)
+    database = {"database_url": database_url} if database_url else {}
+    settings = load_settings(root / "db-pass", inventory=INVENTORY, **database)
     rt = build_runtime(settings, executor=_NoExecutor())
     virtual = [NodeDef.model_validate(node) for node in INVENTORY]
     queue, _ = _queue(n, virtual, smallest=2)  # every node keeps 1 GPU free: none starts
@@ -371,13 +382,32 @@ def db_pass(root: Path, n: int) -> dict[str, Any]:
         session.bulk_save_objects(
             [row(q.id, "queued", list(q.pools), q.user, q.priority) for q in queue]
         )
-    timings = []
-    for _ in range(3):
-        began = time.perf_counter()
+
+    def timed_pass() -> tuple[float, float]:
+        began, cpu = time.perf_counter(), time.thread_time()
         assert dispatch.schedule_pass(rt) == []
-        timings.append(round((time.perf_counter() - began) * 1000, 1))
+        return (time.perf_counter() - began) * 1000, (time.thread_time() - cpu) * 1000
+
+    first = timed_pass()
+    unchanged = [timed_pass() for _ in range(repeats)]
+    arrivals = []
+    for i in range(repeats):
+        with rt.transaction() as session:
+            session.add(row(f"r-new{i}", "queued", list(queue[i].pools), "user-new"))
+        arrivals.append(timed_pass())
     rt.engine.dispose()
-    return {"first_pass_ms_storing_every_reason": timings[0], "next_passes_ms": timings[1:]}
+    return {
+        "first_pass_ms_storing_every_reason": round(first[0], 1),
+        "next_passes_ms": [round(wall, 1) for wall, _ in unchanged],
+        "passes_after_an_arrival_ms": [round(wall, 1) for wall, _ in arrivals],
+        "cpu_ms": {
+            "first_pass": round(first[1], 1),
+            "next_passes": summary([cpu for _, cpu in unchanged], 1),
+            "passes_after_an_arrival": summary([cpu for _, cpu in arrivals], 1),
+        },
+        "queued": n,
+        "aim_ms": 100,
+    }
 
 
 class _NoExecutor:
@@ -543,6 +573,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer samples (a smoke run)")
     parser.add_argument("--with-slurm", action="store_true", help="apt-get install Slurm if absent")
     parser.add_argument("--no-slurm", action="store_true", help="skip Slurm even if installed")
+    parser.add_argument("--only", choices=["scheduler"], help="only these figures")
+    parser.add_argument(
+        "--database-url", help="an empty database for the scheduler pass (else SQLite)"
+    )
     args = parser.parse_args()
     admit_n, latency_n, trivial_n, repeats = (40, 4, 10, 3) if args.quick else (400, 15, 60, 7)
     with tempfile.TemporaryDirectory() as tmp:
@@ -551,7 +585,11 @@ def main() -> None:
             "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
             "scheduler_pass_10k": {"pure_plan": pure_pass(10_000, repeats)},
         }
-        report["scheduler_pass_10k"]["with_sqlite"] = db_pass(root, 10_000)
+        key = "with_database_url" if args.database_url else "with_sqlite"
+        report["scheduler_pass_10k"][key] = db_pass(root, 10_000, repeats, args.database_url)
+        if args.only == "scheduler":
+            print(json.dumps(report, indent=2))
+            return
         report["admissions_per_s"] = admissions(root, admit_n)
         report["submit_to_running_idle"] = submit_to_running(root, latency_n)
         report["trivial_runs_per_s"] = trivial_throughput(root, trivial_n)
