@@ -11,7 +11,8 @@ from sqlalchemy import select
 
 from starforge.contract.errors import Forbidden
 from starforge.contract.states import JobStatus
-from starforge.server.db.models import Attempt, utcnow
+from starforge.server.db.labops import UsageSummary
+from starforge.server.db.models import Attempt, Run, utcnow
 from starforge.server.runtime import Runtime
 from starforge.server.services import accounting, jobs, users
 
@@ -30,6 +31,23 @@ def set_times(rt: Runtime, run_id: str, start: datetime, end: datetime | None) -
     with rt.transaction() as session:
         attempt = session.scalars(select(Attempt).where(Attempt.run_id == run_id)).one()
         attempt.started_at, attempt.ended_at = start, end
+
+
+def ended_at_known_times(
+    rt: Runtime, user: str, profile: str, start: datetime, end: datetime
+) -> str:
+    """A placed run whose attempt ran from ``start`` to ``end``, ended as the lifecycle ends one
+    (its times and its usage summary in one transaction), at times a test chooses."""
+    run_id = running_run(rt, user=user, profiles=[profile])
+    with rt.transaction() as session:
+        run = session.get(Run, run_id)
+        assert run is not None and run.current is not None
+        attempt = run.current
+        attempt.started_at, attempt.ended_at = start, end
+        accounting.attempt_ended(
+            session.connection(), run.user, run.project, run.pools, attempt.allocation, start, end
+        )
+    return run_id
 
 
 def finished_run(rt: Runtime, user: str, profile: str) -> str:
@@ -54,19 +72,12 @@ def test_gpu_hours_are_the_gpus_times_the_attempts_own_recorded_wall_time(
 def test_an_attempt_across_midnight_is_split_between_the_two_utc_days(
     rt: Runtime, admin: users.Caller
 ) -> None:
-    run_id = finished_run(rt, "bob", "h200:4")
-    set_times(
-        rt,
-        run_id,
-        datetime(2026, 3, 1, 22, 30, tzinfo=UTC),
-        datetime(2026, 3, 2, 1, 0, tzinfo=UTC),
+    day = datetime(2026, 3, 1, tzinfo=UTC)
+    ended_at_known_times(
+        rt, "bob", "h200:4", day + timedelta(hours=22.5), day + timedelta(hours=25)
     )
-    other = finished_run(rt, "alice", "h100:8")
-    set_times(
-        rt,
-        other,
-        datetime(2026, 3, 2, 9, 0, tzinfo=UTC),
-        datetime(2026, 3, 2, 9, 15, tzinfo=UTC),
+    ended_at_known_times(
+        rt, "alice", "h100:8", day + timedelta(hours=33), day + timedelta(hours=33.25)
     )
     rows = accounting.report(rt, admin).rows
     assert [(r.day, r.user, r.project, r.gpu_hours) for r in rows] == [
@@ -123,3 +134,43 @@ def test_a_user_past_the_daily_quota_waits_with_the_reason_and_running_runs_go_o
 
     accounting.set_daily_quota(rt, admin, "bob", None)
     assert schedule(rt) == [waiting]
+
+
+def test_an_attempt_that_ends_is_kept_in_the_usage_summaries_as_its_gpus_times_its_wall_time(
+    rt: Runtime,
+) -> None:
+    run_id = finished_run(rt, "bob", "h200:2")
+    attempt = run_row(rt, run_id).attempts[0]
+    assert attempt.started_at is not None and attempt.ended_at is not None
+    with rt.transaction() as session:
+        kept = [
+            (s.day, s.user, s.project, s.series, s.gpu_hours) for s in session.query(UsageSummary)
+        ]
+    assert {(user, project, series) for _, user, project, series, _ in kept} == {
+        ("bob", "proj", "h200")
+    }
+    assert {day for day, *_ in kept} <= {attempt.started_at.date(), attempt.ended_at.date()}
+    wall = (attempt.ended_at - attempt.started_at).total_seconds() / 3600
+    assert sum(hours for *_, hours in kept) == pytest.approx(2 * wall)
+
+
+def test_usage_adds_the_attempts_still_running_up_to_now_to_those_that_ended(
+    rt: Runtime, admin: users.Caller
+) -> None:
+    day = datetime(2026, 3, 1, tzinfo=UTC)
+    ended_at_known_times(rt, "bob", "h200:4", day, day + timedelta(hours=2))  # 8 GPU-hours
+    running = running_run(rt, user="bob", profiles=["h200:2"])
+    start = utcnow() - timedelta(hours=1)
+    set_times(rt, running, start, None)
+    before = utcnow()
+    found = accounting.report(rt, admin, by="user")
+    after = utcnow()
+    (row,) = found.rows
+    assert row.user == "bob"
+    low, high = (2 * (t - start).total_seconds() / 3600 for t in (before, after))
+    assert 8 + low <= row.gpu_hours <= 8 + high
+    assert (
+        8 + low
+        <= accounting.mine(rt, "bob").total
+        <= 8 + (2 * (utcnow() - start).total_seconds() / 3600)
+    )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, insert, text
 
 from starforge.contract.states import NodeState
 from starforge.server.db.engine import (
@@ -25,8 +26,9 @@ from starforge.server.db.engine import (
     make_sessions,
     migrate,
 )
+from starforge.server.db.labops import UsageSummary
 from starforge.server.db.metrics import RunMeta
-from starforge.server.db.models import Event, Run
+from starforge.server.db.models import Attempt, Event, Run
 from starforge.server.db.resources import QuotaRow
 from starforge.server.db.tables import Base
 from tests.postgres.databases import Databases, require_cluster
@@ -200,3 +202,74 @@ def test_an_upgrade_from_0005_turns_json_text_into_the_same_json_values(
         assert conn.exec_driver_sql(nulls).scalar() == 1
         if engine.dialect.name == "sqlite":  # turned off while migrating, on again after
             assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+
+
+def test_an_upgrade_to_0029_sums_the_attempts_that_ended_into_the_usage_summaries(
+    empty_engine: Engine,
+) -> None:
+    engine = empty_engine
+    command.upgrade(alembic_config(engine), "0028_reruns")
+    day = datetime(2025, 3, 1, tzinfo=UTC)
+    run = {
+        "project": "proj",
+        "experiment": "exp",
+        "method": "custom/custom",
+        "spec": SPEC,
+        "manifest": MANIFEST,
+        "pools": POOLS,
+        "created_at": day,
+        "updated_at": day,
+    }
+    slot = {"rank": 0, "pool_rank": 0, "node": "h200-1"}
+    with engine.begin() as conn:
+        conn.execute(
+            insert(Run.__table__),
+            [
+                {**run, "id": "r-1", "user": "alice", "status": "running", "idempotency_key": "1"},
+                {**run, "id": "r-2", "user": "bob", "status": "failed", "idempotency_key": "2"},
+            ],
+        )
+        conn.execute(
+            insert(Attempt.__table__),
+            [  # 2 GPUs from 22:30 to 01:00, then again (still running: not summarized)
+                {
+                    "run_id": "r-1",
+                    "number": 1,
+                    "allocation": [{**slot, "pool": "h200", "gpus": [0, 1]}],
+                    "started_at": day + timedelta(hours=22.5),
+                    "ended_at": day + timedelta(hours=25),
+                },
+                {
+                    "run_id": "r-1",
+                    "number": 2,
+                    "allocation": [{**slot, "pool": "h200", "gpus": [0, 1]}],
+                    "started_at": day + timedelta(hours=26),
+                    "ended_at": None,
+                },
+                # 4 GPUs of a pool the run does not name, for half an hour; then one never started
+                {
+                    "run_id": "r-2",
+                    "number": 1,
+                    "allocation": [{**slot, "pool": "gone", "gpus": [0, 1, 2, 3]}],
+                    "started_at": day + timedelta(hours=30),
+                    "ended_at": day + timedelta(hours=30.5),
+                },
+                {
+                    "run_id": "r-2",
+                    "number": 2,
+                    "allocation": [],
+                    "started_at": None,
+                    "ended_at": day + timedelta(hours=31),
+                },
+            ],
+        )
+    migrate(engine)
+    with make_sessions(engine)() as session:
+        found = {
+            (s.day, s.user, s.project, s.series): s.gpu_hours for s in session.query(UsageSummary)
+        }
+    assert found == {
+        (date(2025, 3, 1), "alice", "proj", "h200"): pytest.approx(3.0),
+        (date(2025, 3, 2), "alice", "proj", "h200"): pytest.approx(2.0),
+        (date(2025, 3, 2), "bob", "proj", "?"): pytest.approx(2.0),
+    }

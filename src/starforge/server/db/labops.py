@@ -1,8 +1,11 @@
 """Running a lab: daily GPU-hour quotas, the maintenance drain, and webhook notifications.
 
 * ``daily_gpu_quotas``: a user's GPU-hours per UTC day an admin set (else the server's
-  ``daily_gpu_hours`` default; none: no daily limit). Usage itself is never stored: it is derived
-  from the attempts' own start and end times (``services/accounting``).
+  ``daily_gpu_hours`` default; none: no daily limit).
+* ``usage_summaries``: GPU-hours of ended attempts per (UTC day, user, project, series), added to
+  in the transaction that ends an attempt (``services/accounting.attempt_ended``), so reading a
+  year of usage reads one row per day and user and project, not every attempt. An attempt still
+  running is not in it: readers add it from the attempt's own start up to now.
 * ``maintenance`` (one row, id 1) and ``maintenance_paused`` (the runs a drain paused, in the
   order it found them): kept in the database so a drain survives a server restart.
 * ``notify_endpoints`` (a user's webhook URLs; the HMAC secret, sealed at rest, is kept to sign
@@ -13,10 +16,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, Text
+from sqlalchemy import JSON, Boolean, Date, Float, ForeignKey, Integer, String, Text
 from sqlalchemy import false as sa_false
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -32,6 +35,19 @@ class DailyGpuQuota(Base):
     gpu_hours: Mapped[float | None] = mapped_column(Float, nullable=True)  # None: no limit
     set_by: Mapped[str] = mapped_column(String(100), default="")
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class UsageSummary(Base):
+    """GPU-hours the ended attempts of ``user``'s runs in ``project`` held on GPUs of ``series``
+    during UTC ``day`` (each attempt split at midnight)."""
+
+    __tablename__ = "usage_summaries"
+
+    day: Mapped[date] = mapped_column(Date, primary_key=True)
+    user: Mapped[str] = mapped_column(String(100), primary_key=True)
+    project: Mapped[str] = mapped_column(String(100), primary_key=True)
+    series: Mapped[str] = mapped_column(String(100), primary_key=True)
+    gpu_hours: Mapped[float] = mapped_column(Float, default=0.0)
 
 
 class Maintenance(Base):

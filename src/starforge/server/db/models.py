@@ -173,7 +173,12 @@ class Run(Base):
 
 class Attempt(Base):
     __tablename__ = "attempts"
-    __table_args__ = (UniqueConstraint("run_id", "number", name="uq_attempts_run_number"),)
+    __table_args__ = (
+        UniqueConstraint("run_id", "number", name="uq_attempts_run_number"),
+        # The attempts still open (ended_at NULL) and those ended since a day, read through an
+        # index: usage adds them to its summaries (0029).
+        Index("ix_attempts_ended_at", "ended_at"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)

@@ -10,6 +10,13 @@ from everyone else. :func:`attempt_gpu_hours` is the one computation: a run's vi
 read it. Figures per user, project and UTC day split each attempt at midnight, so a day's figure
 is exactly the part of each attempt that fell in it.
 
+A year of attempts is not read for every report: when an attempt ends, its figures per (day,
+user, project, series) are added to ``usage_summaries`` in the transaction that ends it
+(:func:`attempt_ended`, called by the lifecycle's ``finish_attempt``, the one place an attempt
+ends). Reports per day, user or project, ``sf status``'s own figures and the daily quota read
+those rows and add the attempts still open (an index on ``attempts.ended_at`` finds them), counted
+up to now; only ``--by run`` reads attempts, those that ended since ``--since`` through that index.
+
 Money is hours × the server's ``gpu_hour_prices`` for the series of each slot's pool; a figure
 that counts hours of a series without a price has no cost (None: hours only), and with no prices
 configured nothing has one.
@@ -27,12 +34,13 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, or_, select
+from sqlalchemy import Connection, func, or_, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from starforge.contract.errors import UsageError
 from starforge.contract.labops import MyGpuHours, UsageReport, UsageRow
-from starforge.server.db.labops import DailyGpuQuota
+from starforge.server.db.labops import DailyGpuQuota, UsageSummary
 from starforge.server.db.models import Attempt, Run, utcnow
 from starforge.server.runtime import Runtime
 from starforge.server.services import users
@@ -171,23 +179,60 @@ def shares(rows: Iterable[Sequence[Any]], now: datetime, since: date | None = No
     return found
 
 
-def tally(
-    rows: Iterable[Sequence[Any]], now: datetime, since: date | None = None
-) -> dict[tuple[str, str, date], float]:
-    """GPU-hours per (user, project, day) of attempt rows (:data:`_ATTEMPTS`'s columns)."""
-    found: dict[tuple[str, str, date], float] = defaultdict(float)
-    for s in shares(rows, now, since):
-        found[(s.user, s.project, s.day)] += s.gpu_hours
-    return dict(found)
-
-
-def _rows(conn: Connection | Session, since: date | None, user: str | None = None) -> list[Any]:
+def _rows(
+    conn: Connection | Session,
+    since: date | None,
+    user: str | None = None,
+    *,
+    open_only: bool = False,
+) -> list[Any]:
+    """Attempt rows (:data:`_ATTEMPTS`'s columns) that ran: those still open with
+    ``open_only``, else also those that ended after ``since``'s midnight (all with no ``since``)."""
     query = _ATTEMPTS.where(Attempt.started_at.is_not(None))
-    if since is not None:
+    if open_only:
+        query = query.where(Attempt.ended_at.is_(None))
+    elif since is not None:
         query = query.where(or_(Attempt.ended_at.is_(None), Attempt.ended_at > _midnight(since)))
     if user is not None:
         query = query.where(Run.user == user)
     return list(conn.execute(query).all())
+
+
+_SUMMARY = UsageSummary.__table__
+_SUMMARY_KEY = ("day", "user", "project", "series")
+
+
+def attempt_ended(
+    conn: Connection,
+    user: str,
+    project: str,
+    pools: Pools,
+    allocation: Allocation,
+    started: datetime | None,
+    ended: datetime,
+) -> None:
+    """Add an attempt that ended at ``ended`` to the usage summaries, in the caller's transaction
+    (the one that ends it): its GPU-hours per (day, series) under ``user`` and ``project``."""
+    figures = attempt_gpu_hours(allocation, pools, started, ended, ended)
+    if not figures:
+        return
+    rows = [
+        {"day": day, "user": user, "project": project, "series": series, "gpu_hours": hours}
+        for (series, day), hours in figures.items()
+    ]
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    insert = dialect.insert(_SUMMARY)
+    # Two attempts ending at once on PostgreSQL both add: the row is locked by the first.
+    conn.execute(
+        insert.on_conflict_do_update(
+            index_elements=list(_SUMMARY_KEY),
+            set_={"gpu_hours": _SUMMARY.c.gpu_hours + insert.excluded.gpu_hours},
+        ),
+        rows,
+    )
+
+
+_KEYS = {"day": ("day", "user", "project"), "user": ("user",), "project": ("project",)}
 
 
 def _group(share: Share, by: str) -> tuple[Any, ...]:
@@ -196,6 +241,37 @@ def _group(share: Share, by: str) -> tuple[Any, ...]:
     if by == "run":
         return (share.run_id, share.user, share.project, share.experiment)
     return (share.user if by == "user" else share.project,)
+
+
+def _summarized(
+    conn: Connection | Session, by: str, since: date | None, user: str | None
+) -> list[Any]:
+    """The summaries' GPU-hours from ``since`` on (of ``user``), summed by the database per
+    series and :func:`_group`'s key of ``by`` (not ``run``): rows of (*key, series, hours)."""
+    keys = [_SUMMARY.c[name] for name in _KEYS[by]]
+    query = select(*keys, _SUMMARY.c.series, func.sum(_SUMMARY.c.gpu_hours)).group_by(
+        *keys, _SUMMARY.c.series
+    )
+    if since is not None:
+        query = query.where(_SUMMARY.c.day >= since)
+    if user is not None:
+        query = query.where(_SUMMARY.c.user == user)
+    return list(conn.execute(query).all())
+
+
+def _figures(
+    conn: Connection | Session, by: str, now: datetime, since: date | None, user: str | None = None
+) -> dict[tuple[tuple[Any, ...], str], float]:
+    """GPU-hours from ``since`` on (of ``user``) per (:func:`_group`'s key of ``by``, series):
+    per run from the attempts; else the summaries of the ended attempts plus the attempts still
+    open, counted up to ``now``."""
+    found: dict[tuple[tuple[Any, ...], str], float] = defaultdict(float)
+    if by != "run":
+        for *key, series, hours in _summarized(conn, by, since, user):
+            found[(tuple(key), series)] += hours
+    for s in shares(_rows(conn, since, user, open_only=by != "run"), now, since):
+        found[(_group(s, by), s.series)] += s.gpu_hours
+    return found
 
 
 def _row(by: str, key: tuple[Any, ...], hours: float, cost: float | None) -> UsageRow:
@@ -222,13 +298,13 @@ def report(rt: Runtime, admin: str, by: str = "day", since: date | None = None) 
     now = utcnow()
     with rt.transaction() as session:
         users.require_admin(session, admin)
-        found = shares(_rows(session, since), now, since)
+        found = _figures(session, by, now, since)
     prices = rt.settings.gpu_hour_prices
     grouped: dict[tuple[Any, ...], dict[str, float]] = defaultdict(lambda: defaultdict(float))
     overall: dict[str, float] = defaultdict(float)
-    for s in found:
-        grouped[_group(s, by)][s.series] += s.gpu_hours
-        overall[s.series] += s.gpu_hours
+    for (key, series), gpu_hours in found.items():
+        grouped[key][series] += gpu_hours
+        overall[series] += gpu_hours
     hours = {key: sum(by_series.values()) for key, by_series in grouped.items()}
 
     def order_of(key: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -254,21 +330,21 @@ def daily_quota(session: Session, settings: Settings, user: str) -> float | None
 
 def used_today(session: Session | Connection, user: str, now: datetime) -> float:
     today = now.astimezone(UTC).date()
-    figures = tally(_rows(session, today, user), now, today)
-    return sum(h for (_, _, d), h in figures.items() if d == today)
+    found = _figures(session, "day", now, today, user)
+    return sum(h for ((day, _, _), _), h in found.items() if day == today)
 
 
 def mine(rt: Runtime, user: str) -> MyGpuHours:
     """The caller's GPU-hours today (UTC) and in total, beside their daily quota."""
     now = utcnow()
     with rt.transaction() as session:
-        figures = tally(_rows(session, None, user), now)
+        found = _figures(session, "day", now, None, user)
         quota = daily_quota(session, rt.settings, user)
     today = now.date()
     return MyGpuHours(
         user=user,
-        today=sum(h for (_, _, d), h in figures.items() if d == today),
-        total=sum(figures.values()),
+        today=sum(h for ((day, _, _), _), h in found.items() if day == today),
+        total=sum(found.values()),
         daily_quota=quota,
     )
 

@@ -36,7 +36,7 @@ from starforge.server.db.engine import read_only
 from starforge.server.db.models import Attempt, Run, utcnow
 from starforge.server.executors.base import SupportsKill
 from starforge.server.runtime import Runtime
-from starforge.server.services import asha, checkpoints, gates
+from starforge.server.services import accounting, asha, checkpoints, gates
 from starforge.server.services.spooled import take as take_spool
 from starforge.server.services.users import token_digest
 
@@ -264,6 +264,11 @@ def finish_attempt(
     attempt.ended_at = utcnow()
     attempt.exit_code = decision.exit_code
     attempt.end_reason = decision.end_reason.value
+    # What it held goes into the usage summaries in this same transaction (the one end of it).
+    accounting.attempt_ended(
+        session.connection(), run.user, run.project, run.pools, attempt.allocation,
+        attempt.started_at, attempt.ended_at,
+    )  # fmt: skip
     run.exit_code = decision.exit_code
     # The curves its job could not deliver, stored before the status that ends the attempt.
     spooled = take_spool(rt, session, run) if rt is not None else None
