@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -85,6 +86,8 @@ class Output:
         """
         if self.json_mode:
             return
+        if wrap is None and not cut and self._print_plain(columns, rows):
+            return
         table = Table(show_edge=False, box=None, pad_edge=False, header_style="bold")
         if wrap is None and not cut:
             for col in columns:
@@ -94,6 +97,32 @@ class Output:
         for row in rows:
             table.add_row(*row)
         self.stdout.print(table)
+
+    def _print_plain(self, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> bool:
+        """Print the table as rich would, without rich's layout, when it can: every cell plain
+        text (nothing rich would read as markup or an emoji code) and the table no wider than
+        the screen; else print nothing and say so. Rich lays a table out cell by cell, which
+        for a year of ``sf admin usage`` (11,000 rows) takes seconds; this takes milliseconds."""
+        if not all(_is_plain(cell) for row in (columns, *rows) for cell in row):
+            return False
+        widths = [cell_len(c) for c in columns]
+        for row in rows:
+            if len(row) != len(columns):
+                return False
+            for i, cell in enumerate(row):
+                widths[i] = max(widths[i], cell_len(cell))
+        if sum(widths) + 2 * (len(widths) - 1) > self.stdout.width:
+            return False
+
+        def line(cells: Sequence[str]) -> str:
+            return "  ".join(
+                c + " " * (w - cell_len(c)) for c, w in zip(cells, widths, strict=True)
+            )
+
+        self.stdout.print(Text(line(columns), style="bold"))
+        if rows:
+            self.stdout.out("\n".join(line(row) for row in rows), highlight=False)
+        return True
 
     # ---- machine output ---------------------------------------------------------------------
 
@@ -107,6 +136,11 @@ class Output:
             self.stderr.print(f"[dim]hint:[/dim] {escape(err.hint)}")
         if self.json_mode:
             sys.stdout.write(json.dumps({"error": err.to_wire()}, indent=2, default=str) + "\n")
+
+
+def _is_plain(cell: str) -> bool:
+    """Text rich prints as it is: no markup tag, no emoji code, nothing but printable text."""
+    return "[" not in cell and ":" not in cell and cell.isprintable()
 
 
 WRAP_MIN_WIDTH = 20  # a wrapped column never gets narrower than this
