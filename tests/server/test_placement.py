@@ -398,3 +398,46 @@ def test_a_pass_never_gives_a_gpu_twice_never_half_places_and_never_breaks_a_quo
         if lim is not None and lim.max_runs is not None:
             assert u[1] <= lim.max_runs
     assert plan(queue, inventory, held, limits) == decisions  # deterministic
+
+
+def fair_order(queue: list[QueuedRun], held: list[Holding], starts: set[str]) -> list[str]:
+    """The order fair share defines, one run at a time: the highest priority, then the user
+    holding the fewest GPUs (counting the runs started so far), then the oldest run."""
+    gpus: dict[str, int] = {}
+    for h in held:
+        gpus[h.user] = gpus.get(h.user, 0) + len(h.gpus)
+    left, order = list(queue), []
+    while left:
+        top = max(r.priority for r in left)
+        run = min(
+            (r for r in left if r.priority == top),
+            key=lambda r: (gpus.get(r.user, 0), r.created_at, r.id),
+        )
+        left.remove(run)
+        order.append(run.id)
+        if run.id in starts:
+            gpus[run.user] = gpus.get(run.user, 0) + run.gpus
+    return order
+
+
+@settings(max_examples=150, deadline=None)
+@given(scenarios())
+def test_a_pass_considers_the_queue_in_fair_share_order_whether_or_not_more_can_start(
+    scenario: tuple[list[NodeDef], list[Holding], list[QueuedRun], dict],
+) -> None:
+    inventory, held, queue, limits = scenario
+    decisions = plan(queue, inventory, held, limits, explain_all=True)
+    assert [d.run_id for d in decisions] == fair_order(queue, held, set(started(decisions)))
+
+
+def test_once_nothing_more_can_start_the_rest_still_goes_by_gpus_held_then_age() -> None:
+    held = [holding("r-c", "h200-1", 8, user="carol"), holding("r-a", "h200-2", 4, user="alice")]
+    users = ["carol", "alice", "bob", "dave"]
+    queue = [queued(f"r-{i}", pool(8), user=users[i % 4], at=i) for i in range(12)]
+    decisions = plan(queue, INVENTORY, held, explain_all=True)
+    assert started(decisions) == []  # no h200 node has 8 free GPUs: nothing more can start
+    order = [d.run_id for d in decisions]
+    assert order == fair_order(queue, held, set())
+    # bob and dave (no GPUs) by age, then alice (4 GPUs), then carol (8)
+    assert order[:6] == ["r-2", "r-3", "r-6", "r-7", "r-10", "r-11"]
+    assert order[6:] == ["r-1", "r-5", "r-9", "r-0", "r-4", "r-8"]

@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from operator import attrgetter
 from typing import Protocol, TypeVar
 
 from starforge.contract.profiles import Pool
@@ -84,6 +85,9 @@ class Queued(Protocol):
 Q = TypeVar("Q", bound=Queued)
 
 
+_KEY = attrgetter("key")
+
+
 def queue_key(priority: int, created_at: datetime, run_id: str) -> tuple[int, datetime, str]:
     """Sort key of the queue: higher priority first, then older first, then by id."""
     return (-priority, created_at, run_id)
@@ -118,12 +122,14 @@ class QueuedRun:
     profiles: frozenset[str] = frozenset()
     need: dict[str, int] = field(default_factory=dict)
     gpus: int = 0
+    key: tuple[int, datetime, str] = field(init=False)  # :func:`queue_key`, derived once
 
     def __post_init__(self) -> None:
         self.shape = tuple((p.series, p.nodes, p.gpus_per_node) for p in self.pools)
         self.profiles = frozenset(p.profile for p in self.pools)
         self.need = run_needs(self.pools)
         self.gpus = sum(self.need.values())
+        self.key = queue_key(self.priority, self.created_at, self.id)
 
     def like(self, run_id: str, user: str, priority: int, created_at: datetime) -> QueuedRun:
         """Another run of the same pools, sharing the derived fields (a snapshot of 10,000
@@ -132,6 +138,7 @@ class QueuedRun:
         twin.id, twin.user, twin.priority, twin.created_at = run_id, user, priority, created_at
         twin.pools, twin.shape, twin.profiles = self.pools, self.shape, self.profiles
         twin.need, twin.gpus = self.need, self.gpus
+        twin.key = queue_key(priority, created_at, run_id)
         return twin
 
 
@@ -222,14 +229,16 @@ class _Pass:
         self.kept_for: dict[str, str] = {}  # reserved node -> the run it is kept for
         self.spare: dict[str, int] = {}  # reserved node -> GPUs backfill may still take
         self.failed: dict[Shape, tuple[Blocker, str]] = {}
+        self.open: set[Shape] = set()  # shapes of the queue that may still start in this pass
         self.unreservable: set[Shape] = set()
-        self.never: dict[Shape, str | None] = {}
+        self.never: dict[Shape, str | None] = {}  # why a shape can never be placed, or None
         self.quota_cache: dict[str, dict[tuple[Shape, frozenset[str]], str | None]] = {}
         self.event_cache: dict[str, dict[tuple[Shape, frozenset[str]], _Event]] = {}
         self.version = 0  # moves whenever free GPUs or reservations change
         self.detail_cache: dict[tuple[Shape, int], _Event] = {}
         self.free_users = {u for u, lim in limits.items() if lim.unlimited}
         self.default_free = default.unlimited
+        self.nobody_limited = self.default_free and len(self.free_users) == len(limits)
         self._avail: dict[str, FreeNode] | None = None
         self._real: dict[str, FreeNode] | None = None
 
@@ -282,7 +291,9 @@ class _Pass:
 
     def quota(self, run: QueuedRun) -> str | None:
         """Why the user's quota keeps ``run`` waiting now, or None."""
-        if run.user in self.free_users or (self.default_free and run.user not in self.limits):
+        if self.nobody_limited or run.user in self.free_users:
+            return None
+        if self.default_free and run.user not in self.limits:
             return None
         key = (run.shape, run.profiles)
         cache = self.quota_cache.setdefault(run.user, {})
@@ -464,22 +475,28 @@ class _Pass:
 
     # ---- one run --------------------------------------------------------------------------------
 
+    def settled(self) -> bool:
+        """Whether no run left can start in this pass (each shape of the queue has failed or
+        can never fit), so the GPUs each user holds stay as they are."""
+        return not self.open
+
     def decide(self, run: QueuedRun, position: int, explain: bool) -> Decision:
-        why = self.quota(run)
+        shape = run.shape
+        why = None if self.nobody_limited else self.quota(run)
         if why is not None:
             d = Decision(run.id, run.user, position, Blocker.QUOTA, why)
             if explain:
                 d.next_event, d.blocking_runs = self.quota_event(run)
                 d.detail = why
             return d
-        if run.shape not in self.never:
-            self.never[run.shape] = never_fits(run.pools, self.inventory)
-        never = self.never[run.shape]
+        never = self.never.get(shape, "")
+        if never == "":  # not yet asked for this shape
+            why = never_fits(run.pools, self.inventory)
+            never = self.never[shape] = None if why is None else f"can never be placed here: {why}"
         if never is not None:
-            return Decision(
-                run.id, run.user, position, Blocker.NEVER, f"can never be placed here: {never}"
-            )
-        cached = self.failed.get(run.shape)
+            self.open.discard(shape)
+            return Decision(run.id, run.user, position, Blocker.NEVER, never)
+        cached = self.failed.get(shape)
         if cached is None:
             slots = place(run.pools, self.avail())
             if slots is not None:
@@ -489,10 +506,12 @@ class _Pass:
                     run.id, run.user, position, Blocker.STARTING, f"fits now on {where}", slots
                 )
             cached = self.failed[run.shape] = self.classify(run)
+            self.open.discard(run.shape)
         d = Decision(run.id, run.user, position, cached[0], cached[1])
         if explain:
-            d.detail, d.blocking_runs = self.capacity_detail(run)
-        if run.shape not in self.unreservable:
+            detail = self.detail_cache.get((shape, self.version))
+            d.detail, d.blocking_runs = detail or self.capacity_detail(run)
+        if shape not in self.unreservable:
             kept = self.reserve(run)
             if kept is None:
                 self.unreservable.add(run.shape)
@@ -503,17 +522,22 @@ class _Pass:
 
 
 def _fair_order(
-    queue: Iterable[QueuedRun], use: Mapping[str, _Use], overdue_before: datetime | None
+    queue: Iterable[QueuedRun],
+    use: Mapping[str, _Use],
+    overdue_before: datetime | None,
+    settled: Callable[[], bool] = lambda: False,
 ) -> Iterable[QueuedRun]:
     """Priority first; within a priority the runs queued since before ``overdue_before`` (oldest
     first), then the user holding the fewest GPUs next, each user's runs oldest first.
 
     A generator: the pass decides each run before the next is chosen, so what a run takes
-    counts against its user at once.
+    counts against its user at once. Once ``settled()`` (nothing left can start, so no user's
+    GPUs change), the rest of a priority is what the heap would give, found by sorting: the
+    users holding the fewest GPUs first, their runs merged by age.
     """
     levels: dict[int, dict[str, deque[QueuedRun]]] = {}
     overdue: dict[int, list[QueuedRun]] = {}
-    for run in sorted(queue, key=lambda r: (-r.priority, r.created_at, r.id)):
+    for run in sorted(queue, key=_KEY):
         if overdue_before is not None and run.created_at < overdue_before:
             overdue.setdefault(run.priority, []).append(run)
         else:
@@ -526,14 +550,31 @@ def _fair_order(
         if len(users) == 1:
             yield from next(iter(users.values()))
             continue
-        heap = [(_gpus(use, u), q[0].created_at, q[0].id, u) for u, q in users.items()]
+        heap = [(_gpus(use, u), q[0].key, u) for u, q in users.items()]
         heapq.heapify(heap)
         while heap:
-            user = heapq.heappop(heap)[3]
+            if settled():
+                yield from _by_holdings(heap, users)
+                break
+            user = heap[0][2]
             runs = users[user]
             yield runs.popleft()
             if runs:
-                heapq.heappush(heap, (_gpus(use, user), runs[0].created_at, runs[0].id, user))
+                heapq.heapreplace(heap, (_gpus(use, user), runs[0].key, user))
+            else:
+                heapq.heappop(heap)
+
+
+def _by_holdings(
+    heap: list[tuple[int, tuple[int, datetime, str], str]], users: Mapping[str, deque[QueuedRun]]
+) -> Iterable[QueuedRun]:
+    """The runs left in ``heap``'s users' queues in the order the heap would pop them while no
+    user's GPUs change: by GPUs held, then age."""
+    groups: dict[int, list[QueuedRun]] = {}
+    for held, _, user in heap:
+        groups.setdefault(held, []).extend(users[user])
+    for held in sorted(groups):
+        yield from sorted(groups[held], key=_KEY)
 
 
 def _gpus(use: Mapping[str, _Use], user: str) -> int:
@@ -561,13 +602,15 @@ def plan(
     ``overdue_before`` (now minus the patience) go ahead of fair share within their priority.
     """
     state = _Pass(inventory, holdings, limits or {}, default)
+    queue = list(queue)
+    state.open = {run.shape for run in queue}
     wanted = set(explain)
     decisions: list[Decision] = []
     head_found = False
-    for run in _fair_order(queue, state.use, overdue_before):
+    for run in _fair_order(queue, state.use, overdue_before, state.settled):
         explained = explain_all or not head_found or run.id in wanted
         d = state.decide(run, len(decisions) + 1, explained)
-        if not d.starts and not head_found:
+        if d.slots is None and not head_found:
             head_found = True
             if not d.next_event and d.blocker in (Blocker.CAPACITY, Blocker.RESERVED):
                 d.next_event = "when runs ahead of it have started and enough GPUs are free"
