@@ -64,7 +64,8 @@ def usage(
     out.set_json(json_out)
     with connect() as client:
         found = labops.usage_report(client, by, _since(since))
-    out.data(found.model_dump(mode="json"))
+    if out.json_mode:  # a year per day is 10,000 rows: not dumped for a table
+        out.data(found.model_dump(mode="json"))
     if found.by == "day":
         columns = ["DAY", "USER", "PROJECT", "GPU-HOURS"]
         rows = [[str(r.day), r.user, r.project, figure(r.gpu_hours)] for r in found.rows]

@@ -120,8 +120,9 @@ class Output:
             )
 
         self.stdout.print(Text(line(columns), style="bold"))
-        if rows:
-            self.stdout.out("\n".join(line(row) for row in rows), highlight=False)
+        if rows:  # straight to the file: even Console.out makes a Text of every line
+            self.stdout.file.write("".join(line(row) + "\n" for row in rows))
+            self.stdout.file.flush()
         return True
 
     # ---- machine output ---------------------------------------------------------------------
