@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
+from starforge.contract.env import Binding
 from starforge.contract.layout import RunLayout
 from starforge.contract.profiles import Pool
 from starforge.server.executors.base import NodeLaunch
@@ -49,6 +51,12 @@ def slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def attempt(tmp_path: Path, node: str = "h200-2") -> tuple[RunLayout, list[NodeLaunch]]:
     layout = RunLayout(tmp_path / "runs" / "r-1")
     layout.state.mkdir(parents=True)
+    binding = Binding(
+        run_id="r-1", attempt=3, user="ada", storage_root=str(tmp_path), run_dir=str(layout.dir),
+        work_dir=str(layout.work), out_dir=str(layout.out), log_path=str(layout.log(3)),
+    )  # fmt: skip
+    # Written by this server's dispatch as it places the attempt.
+    layout.binding(3, 0).write_text(binding.model_dump_json())
     launch = NodeLaunch(0, layout.binding(3, 0), layout.log(3), node, "train")
     return layout, [launch]
 
@@ -82,6 +90,15 @@ def test_a_start_tried_before_whose_job_is_gone_is_submitted_again(slurm: Path) 
     refs = SlurmExecutor(SlurmSettings(), ["runner"]).start_attempt("sf.r-1.3", nodes, [POOL], "")
     assert refs == {0: "slurm:41:0"}
     assert calls(slurm) == ["squeue", "sbatch"]
+
+
+def test_an_attempt_placed_before_this_server_started_is_looked_up_first(slurm: Path) -> None:
+    _, nodes = attempt(slurm)
+    os.utime(nodes[0].binding_path, (0, 0))  # placed by the server before (a release with no
+    (slurm / "squeue.out").write_text("78 PENDING\n")  # marker), which submitted it and died
+    refs = SlurmExecutor(SlurmSettings(), ["runner"]).start_attempt("sf.r-1.3", nodes, [POOL], "")
+    assert refs == {0: "slurm:78:0"}
+    assert calls(slurm) == ["squeue"]
 
 
 def test_the_job_is_given_rank_0s_address_from_the_nodes_the_server_read(slurm: Path) -> None:

@@ -7,7 +7,9 @@ are ``slurm:<jobid>:<rank>``: every node of an attempt shares its job.
 - Starting is idempotent per attempt: the job is named ``sf.<run_id>.<attempt>`` and a live job of
   that name is reused instead of submitted again. Slurm is asked for it only where the run's
   folder says a submission was tried (``RunLayout.submitted``, written durably before each
-  ``sbatch``): an attempt's first start, nearly every start, costs one ``squeue`` less. An
+  ``sbatch``), or its binding is older than this server process (a release before the marker
+  may have submitted it): an attempt's first start, nearly every start, costs one ``squeue``
+  less. An
   ``sbatch`` that fails raises with Slurm's own message; nothing was submitted, so nothing is
   left half-created.
 - The batch script is given rank 0's ``NodeAddr`` from the ``sinfo`` this server read (the
@@ -77,6 +79,18 @@ def parse_ref(ref: str) -> tuple[int, int | None]:
 
 def job_name(run_id: str, attempt: int) -> str:
     return f"sf.{run_id}.{attempt}"
+
+
+# Bindings written before this process started are another server's (one that died, or the
+# release before an upgrade, which wrote no submission marker): their attempt is looked up.
+_STARTED = time.time()
+
+
+def _before_this_process(binding: Path) -> bool:
+    try:
+        return binding.stat().st_mtime < _STARTED
+    except OSError:
+        return True
 
 
 def _attempt_of(name: str) -> int | None:
@@ -246,12 +260,12 @@ class SlurmExecutor:
         self, job_name: str, nodes: list[NodeLaunch], pools: list[Pool], image: str
     ) -> dict[int, str]:
         tried = self._submit_marker(job_name, nodes)
-        if tried is not None and tried.exists():
+        if tried is None or tried.exists() or _before_this_process(nodes[0].binding_path):
             existing = self._live_job_named(job_name)
             if existing is not None:  # submitted by a server that died before recording it
                 log.info("%s is already Slurm job %s: not submitted again", job_name, existing)
                 return {n.rank: f"{PREFIX}{existing}:{n.rank}" for n in nodes}
-        elif tried is not None:
+        if tried is not None and not tried.exists():
             write_json_atomic(tried, {"job_name": job_name, "at": time.time()})
         account = submit_account(nodes[0].binding_path)
         if account is not None:
