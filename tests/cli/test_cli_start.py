@@ -14,7 +14,9 @@ _PROBE = """
 import json, sys
 from starforge.cli.main import main
 code = main()  # as the `sf` process calls it: argv from sys.argv
-print(json.dumps({"code": code, "modules": sorted(sys.modules)}), file=sys.stderr)
+# Imported modules only: not the stand-in `sf` puts for pydantic's plugin loader (cli/main.py).
+loaded = sorted(name for name, module in sys.modules.items() if getattr(module, "__spec__", None))
+print(json.dumps({"code": code, "modules": loaded}), file=sys.stderr)
 """
 
 

@@ -29,6 +29,9 @@ import typer
 from typer.core import TyperGroup
 
 from starforge import __version__
+from starforge.cli import coercion
+
+coercion.install()  # no pydantic validator for a value typer keeps as it is
 
 PANELS = ("Setup", "Experiment", "Job", "Management")
 

@@ -23,6 +23,7 @@ from starforge.client.http import Client
 from starforge.contract.errors import ServerUnreachable, StarForgeError, UntrustedCertificate
 
 START_TIMEOUT_S = 60.0
+PROBE_TIMEOUT_S = 3.0  # whether the embedded server answers: it does at once, or is not there
 
 
 class Started(Protocol):
@@ -56,12 +57,15 @@ def running_embedded() -> tuple[str, int] | None:
     return found
 
 
-def answers(url: str) -> bool:
-    """Whether the server at ``url`` answers; a certificate this client does not trust is
-    raised (no wait makes it answer)."""
+def answers(url: str, client: Client | None = None) -> bool:
+    """Whether the server at ``url`` answers (asked through ``client`` when given, which then
+    keeps its connection for the command's requests); a certificate this client does not trust
+    is raised (no wait makes it answer)."""
     try:
-        with Client(url, timeout=3.0, ca_file=config.chosen_ca_file()) as client:
-            return client.health()
+        if client is not None:
+            return client.health(timeout=PROBE_TIMEOUT_S)
+        with Client(url, timeout=PROBE_TIMEOUT_S, ca_file=config.chosen_ca_file()) as probe:
+            return probe.health()
     except UntrustedCertificate:
         raise
     except StarForgeError:
@@ -114,8 +118,11 @@ def stop_embedded(timeout_s: float = 30.0) -> int | None:
 def connect(*, start: bool = True) -> Client:
     """A client for the configured server, starting the embedded one when needed."""
     server = config.find_server()
-    if server is not None and (not server.embedded or answers(server.url)):
-        return Client(server.url, token=server.token, ca_file=server.ca_file)
+    if server is not None:
+        client = Client(server.url, token=server.token, ca_file=server.ca_file)
+        if not server.embedded or answers(server.url, client):
+            return client
+        client.close()
     if not start:
         raise ServerUnreachable(
             "no StarForge server is running", hint="start one with `sf server start`"

@@ -144,8 +144,10 @@ class Client:
 
     # ---- endpoints ----------------------------------------------------------------------------
 
-    def health(self) -> bool:
-        return api.Health.read(self._send("GET", "/health").content).ok
+    def health(self, *, timeout: float | None = None) -> bool:
+        """Whether the server says it is up; ``timeout``: this request's read timeout."""
+        wait = {} if timeout is None else {"timeout": httpx.Timeout(timeout, connect=5.0)}
+        return api.Health.read(self._send("GET", "/health", **wait).content).ok
 
     def info(self) -> api.ServerInfo:
         return self._get("/info", api.ServerInfo)
