@@ -25,6 +25,27 @@ from starforge.contract.layout import RunLayout
 from starforge.contract.profiles import Pool
 
 
+class PlannedLaunch(Contract):
+    """The launch plan the server compiled at dispatch (its catalog is loaded already), so that
+    a cold runner starts the job before it imports the catalog or the HTTP client.
+
+    ``env`` is the job's environment without the runner's own (the runner lays it over its
+    environment, as its own compile would). The plan assumed two facts of the runner's machine:
+    its interpreter (``python``: a trl job's program, a custom job's ``PATH``) and its ``PATH``;
+    a runner whose facts differ compiles the plan itself."""
+
+    argv: list[str]
+    cwd: str
+    env: dict[str, str] = Field(default_factory=dict)
+    files: dict[str, str] = Field(default_factory=dict)  # path -> content, written before launch
+    packages: list[str] = Field(default_factory=list)  # the runtime's pins the job's Python needs
+    python: str = ""
+    path: str = ""
+    # The package the server unpacked into the work dir (its manifest's digest, as the work
+    # dir's marker names it); "": the runner unpacks it, and compiles its own plan.
+    unpacked: str = ""
+
+
 class Binding(Contract):
     """Server-resolved facts about one node of one attempt of a run.
 
@@ -77,6 +98,10 @@ class Binding(Contract):
     # The steps at which the job's reports go out before its training goes on (the rungs of the
     # early-stopping sweep the run is a variant of): STARFORGE_SYNC_STEPS.
     sync_steps: list[int] = Field(default_factory=list)
+    # The plan the server compiled, for a node with nothing to decide before its job starts
+    # (runner/quick.py); None: the runner compiles it (an older server, or a run that needs the
+    # node first: datasets, secrets, an image, another user, several processes).
+    launch: PlannedLaunch | None = None
 
     @property
     def procs_per_node(self) -> int:

@@ -40,10 +40,13 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import starforge
-from starforge.contract.env import Binding
 from starforge.contract.errors import RunnerError
+
+if TYPE_CHECKING:  # a quick start (runner/quick.py) asks host_gpus before it imports pydantic
+    from starforge.contract.env import Binding
 
 RUNTIME = "runc"  # crun refuses a cgroup v1+v2 hybrid (docs/containers.md)
 NPROC_CAP = 32768  # podman lowers its own nproc limit to this before it starts the container

@@ -14,7 +14,8 @@ once started, the training goes on and ends whether or not the server answers. B
 the runner checks once that the server answers (:meth:`Runner._reach_server`): a training that
 could never report would end unseen (no ``running``, no metrics), so an attempt whose runner
 cannot reach its server fails at its start, naming the URL and the error (a certificate refused:
-the server's ``tls_ca_file``), in its exit record. When the server says the
+the server's ``tls_ca_file``), in its exit record (a quick start, :mod:`starforge.runner.quick`,
+checks right after its job started, and terminates the job). When the server says the
 attempt is over (it was finalised without this runner, or a newer attempt took over), the runner
 terminates its training (SIGTERM, SIGKILL after ``FENCE_GRACE_S``) so no attempt runs twice.
 """
@@ -43,13 +44,12 @@ from starforge.contract.errors import (
     UntrustedCertificate,
 )
 from starforge.contract.jobspec import InputRef, JobSpec, Manifest
-from starforge.contract.layout import UNPACKED_MARKER, RunLayout
+from starforge.contract.layout import RunLayout
 from starforge.contract.packs import read_extents
 from starforge.contract.states import EndReason
-from starforge.runner import container, jobfork, jobuser, ranks, slurm, uids
+from starforge.runner import container, jobfork, jobuser, quick, ranks, records, slurm, uids, unpack
 from starforge.runner import secrets as job_secrets
 from starforge.runner.report import Reporter, client_for, write_exit_record, write_runner_record
-from starforge.runner.unpack import manifest_digest, unpack
 
 # What a plain job on the host never needs before it starts is imported where it is used (a cold
 # runner under srun pays for each import before its job's first line): the dataset cache and the
@@ -62,7 +62,6 @@ FENCE_GRACE_S = 30.0
 # restarting moves to another port: the reporter follows its beacon meanwhile).
 REACH_BEATS = 3
 QUICK_EXIT_S = 0.02  # what a job's `running` report waits for, in case its exit comes with it
-_PEER_UNPACK_WAIT_S = 600.0
 
 
 class Runner:
@@ -86,9 +85,8 @@ class Runner:
         self.unreachable = False  # the server did not answer at the start (see _reach_server)
 
     def say(self, message: str) -> None:
-        stamp = time.strftime("%H:%M:%S")
         with self._say_lock:  # the reporter thread speaks too
-            self.log.write(f"[starforge {stamp}] {message}\n".encode())
+            self.log.write(records.log_line(message))
             self.log.flush()
 
     def on_sigterm(self, signum: int, frame: object) -> None:
@@ -126,22 +124,7 @@ class Runner:
         return JobSpec.read(data["spec"]), Manifest.read(data["manifest"])
 
     def _prepare_work_dir(self, manifest: Manifest) -> None:
-        work = Path(self.binding.work_dir)
-        storage = Path(self.binding.storage_root)
-        if self.binding.node_rank == 0:
-            written = unpack(manifest, storage, work, self.packs)
-            what = f"unpacked {written} files" if written else "reused the unpacked package"
-            self.say(f"{what} ({manifest.total_bytes} bytes) into {work}")
-            return
-        # Other nodes share the storage: wait for node 0's complete work dir.
-        want = manifest_digest(manifest)
-        deadline = time.monotonic() + _PEER_UNPACK_WAIT_S
-        while time.monotonic() < deadline:
-            marker = work / UNPACKED_MARKER
-            if marker.is_file() and json.loads(marker.read_text()).get("manifest") == want:
-                return
-            time.sleep(0.2)
-        raise RunnerError("node 0 did not unpack the package in time")
+        unpack.prepare_work_dir(self.binding, manifest, self.packs, self.say)
 
     def _fetch_datasets(self, spec: JobSpec) -> JobSpec:
         """Pull the run's datasets into the node's cache; the inputs then point into it."""
@@ -319,7 +302,7 @@ class Runner:
 
     def _base_env(self) -> dict[str, str]:
         # The runner inherits the control plane's environment; its settings are not the job's.
-        return {k: v for k, v in os.environ.items() if not k.startswith(("STARFORGE_", "FORGE_"))}
+        return records.base_env(os.environ)
 
     def run(self) -> int:
         b = self.binding
@@ -361,14 +344,51 @@ class Runner:
             if as_user:
                 self._take_back()
             return self._finish(2, EndReason.STARTUP_FAILED)
+        return self._supervise(self.child, as_user)
+
+    def not_started(self, why: str) -> int:
+        """The quick start's end when its job did not start (``why``: its startup failure)."""
+        self.reporter.start()
+        self.reporter.send("starting", at_once=False)
+        if why:
+            self.say(f"startup failed: {why}")
+            return self._finish(2, EndReason.STARTUP_FAILED, why)
+        self.say("terminated before the entrypoint started")
+        return self._finish(SIGTERM_EXIT, None)
+
+    def run_started(self, child: subprocess.Popen[bytes]) -> int:
+        """The quick start's rest (runner/quick.py): the job runs already; report it, check
+        that the server answers (else terminate the job: the attempt fails at its start), wait
+        for it and report its exit."""
+        self.child = child
+        self.reporter.start()
+        self.reporter.send("starting", at_once=False)
+        try:
+            self._reach_server()
+        except RunnerError as exc:
+            self.say(f"startup failed: {exc.message}")
+            self.on_sigterm(signal.SIGTERM, None)
+            try:
+                child.wait(timeout=FENCE_GRACE_S)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+            return self._finish(2, EndReason.STARTUP_FAILED, exc.message)
+        self.reporter.send("running", at_once=False)
+        return self._supervise(child, {})
+
+    def _supervise(
+        self, child: subprocess.Popen[bytes] | jobfork.ForkedJob, as_user: dict[str, Any]
+    ) -> int:
+        """From the job's start to the node's end: wait, take its exit code, report it."""
         pumping = None
-        if self.masker is not None and self.child.stdout is not None:
-            pumping = job_secrets.pump(self.child.stdout, self.log, self.masker)
+        if self.masker is not None and child.stdout is not None:
+            pumping = job_secrets.pump(child.stdout, self.log, self.masker)
         if self.container:
             container.watchdog(os.getpid(), self.container)
         if self.terminating:  # SIGTERM landed between the check and Popen
             self.on_sigterm(signal.SIGTERM, None)
-        code = self._wait(self.child)
+        code = self._wait(child)
         if self._ranks is not None:
             self._ranks.stop()
         if pumping is not None:  # the job's last words are in the log before anything reads it
@@ -529,6 +549,18 @@ class Runner:
         # A server that never answered is not waited for: the exit record tells it.
         self.reporter.close(patience_s=1.0 if self.unreachable else 60.0)
         return code
+
+
+def carry_on(started: quick.Started) -> int:
+    """The rest of a quick start (runner/quick.py): the binding read strictly, then the runner."""
+    binding = slurm.apply(Binding.read(started.binding), os.environ)
+    with started.log:
+        runner = Runner(binding, started.log)
+        runner.terminating = started.early.received
+        signal.signal(signal.SIGTERM, runner.on_sigterm)
+        if started.child is None:
+            return runner.not_started(started.failed)
+        return runner.run_started(started.child)
 
 
 def main(argv: list[str]) -> int:

@@ -19,64 +19,26 @@ Both go through the one atomic writer.
 
 from __future__ import annotations
 
-import os
-import socket
-import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from starforge.client import trust
 from starforge.client.http import Client
 from starforge.client.sender import Body, Sender, Single, Spool, read_beacon
 from starforge.contract.api import MAX_LIFECYCLE_BATCH, LifecycleBatch, LifecycleEvent
-from starforge.contract.atomic import write_json_atomic
 from starforge.contract.env import Binding
 from starforge.contract.errors import Forbidden, NotFound
-from starforge.contract.layout import RunLayout
 from starforge.contract.states import EndReason
-from starforge.runner import slurm
+from starforge.runner.records import (  # noqa: F401  (the runner's records, re-exported)
+    exit_record_path,
+    runner_record_path,
+    spool_dir,
+    write_exit_record,
+    write_runner_record,
+)
 
 DEFAULT_HEARTBEAT_S = 5.0
 MAX_BACKOFF_S = 2.0
-
-
-def _layout(binding: Binding) -> RunLayout:
-    return RunLayout(Path(binding.run_dir))
-
-
-def exit_record_path(binding: Binding) -> Path:
-    return _layout(binding).exit_record(binding.attempt, binding.node_rank)
-
-
-def runner_record_path(binding: Binding) -> Path:
-    return _layout(binding).runner_record(binding.attempt, binding.node_rank)
-
-
-def spool_dir(binding: Binding) -> Path:
-    return _layout(binding).events_spool(binding.attempt, binding.node_rank)
-
-
-def write_runner_record(binding: Binding) -> None:
-    """Who runs this node (so a server that never recorded the start can adopt it)."""
-    record = {"pid": os.getpid(), "pgid": os.getpgid(0), "host": socket.gethostname()}
-    record.update(slurm.record_fields(binding, os.environ))  # under Slurm: the job to adopt
-    write_json_atomic(runner_record_path(binding), {**record, "at": time.time()})
-
-
-def write_exit_record(
-    binding: Binding, exit_code: int, end_reason: EndReason | None, message: str = ""
-) -> None:
-    """How the node ended; ``message`` says why it failed (a startup failure's cause), for the
-    server to show when it learns the exit from this record (it could not be told)."""
-    record: dict[str, object] = {
-        "exit_code": exit_code,
-        "end_reason": end_reason.value if end_reason else None,
-        "at": time.time(),
-    }
-    if message:
-        record["message"] = message
-    write_json_atomic(exit_record_path(binding), record)
 
 
 def client_for(binding: Binding, url: str, timeout: float = 10.0) -> Client:

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol
 
-from starforge.contract.env import Binding
 from starforge.contract.states import EndReason
+
+if TYPE_CHECKING:  # a quick start (runner/quick.py) uses this module before it imports pydantic
+    from starforge.contract.env import Binding
 
 JOB_ID = "STARFORGE_SLURM_JOB_ID"
 MASTER_ADDR = "STARFORGE_SLURM_MASTER_ADDR"
@@ -26,7 +29,8 @@ def under_slurm(environ: Mapping[str, str]) -> bool:
     return bool(environ.get(JOB_ID))
 
 
-def _devices(raw: str) -> list[int] | None:
+def devices(raw: str) -> list[int] | None:
+    """The GPU indices of a ``CUDA_VISIBLE_DEVICES`` value (None: not a list of indices)."""
     parts = [p.strip() for p in raw.split(",") if p.strip()]
     return [int(p) for p in parts] if parts and all(p.isdigit() for p in parts) else None
 
@@ -36,15 +40,20 @@ def apply(binding: Binding, environ: Mapping[str, str]) -> Binding:
     if not under_slurm(environ):
         return binding
     update: dict[str, object] = {}
-    devices = _devices(environ.get("CUDA_VISIBLE_DEVICES", ""))
-    if devices is not None:
-        update["visible_devices"] = devices
+    allocated = devices(environ.get("CUDA_VISIBLE_DEVICES", ""))
+    if allocated is not None:
+        update["visible_devices"] = allocated
     if environ.get(MASTER_ADDR):
         update["master_addr"] = environ[MASTER_ADDR]
     return binding.model_copy(update=update)
 
 
-def record_fields(binding: Binding, environ: Mapping[str, str]) -> dict[str, object]:
+class Ranked(Protocol):
+    @property
+    def node_rank(self) -> int: ...
+
+
+def record_fields(binding: Ranked, environ: Mapping[str, str]) -> dict[str, object]:
     """What the runner record adds under Slurm: the job to adopt, and this node's rank."""
     job = environ.get(JOB_ID, "")
     if not job.isdigit():

@@ -14,15 +14,19 @@ import hashlib
 import json
 import os
 import shutil
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
+from starforge.contract.env import Binding
 from starforge.contract.errors import RunnerError
 from starforge.contract.jobspec import Manifest
 from starforge.contract.layout import UNPACKED_MARKER, StorageLayout
 from starforge.contract.packs import Extent, open_extent
 
 _CHUNK = 1 << 20
+_PEER_UNPACK_WAIT_S = 600.0
 
 
 def manifest_digest(manifest: Manifest) -> str:
@@ -123,3 +127,24 @@ def unpack(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return len(manifest.files)
+
+
+def prepare_work_dir(
+    b: Binding, manifest: Manifest, packs: dict[str, Extent], say: Callable[[str], None]
+) -> None:
+    """The run's work dir for this node: node 0 unpacks the package; the other nodes share the
+    storage and wait for node 0's complete work dir."""
+    work = Path(b.work_dir)
+    if b.node_rank == 0:
+        written = unpack(manifest, Path(b.storage_root), work, packs)
+        what = f"unpacked {written} files" if written else "reused the unpacked package"
+        say(f"{what} ({manifest.total_bytes} bytes) into {work}")
+        return
+    want = manifest_digest(manifest)
+    deadline = time.monotonic() + _PEER_UNPACK_WAIT_S
+    while time.monotonic() < deadline:
+        marker = work / UNPACKED_MARKER
+        if marker.is_file() and json.loads(marker.read_text()).get("manifest") == want:
+            return
+        time.sleep(0.2)
+    raise RunnerError("node 0 did not unpack the package in time")

@@ -24,6 +24,7 @@ is claimed under a row lock (:func:`claim_queued`), so no run is placed twice, e
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
@@ -34,11 +35,16 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from starforge.contract.env import make_binding
+from starforge.catalog.adapters import planned
+from starforge.catalog.loader import get_method
+from starforge.contract.env import Binding, make_binding
+from starforge.contract.jobspec import JobSpec, Manifest
 from starforge.contract.layout import RunLayout
 from starforge.contract.nodes import NodeRecord
+from starforge.contract.packs import read_extents
 from starforge.contract.profiles import Pool
 from starforge.contract.states import ACTIVE, JobStatus, NodeEvent, NodeState
+from starforge.runner import unpack
 from starforge.server import statemachine
 from starforge.server.containers import runtime_for_runs
 from starforge.server.db import packs
@@ -58,6 +64,7 @@ from starforge.server.services.users import token_digest
 from starforge.server.storage import Storage
 
 log = logging.getLogger(__name__)
+PLANNED_UNPACK_MAX_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -256,6 +263,30 @@ def framework_of(spec: dict[str, Any]) -> str:
     return ident.split("/", 1)[0] if isinstance(ident, str) else ""
 
 
+def with_plan(run: Run, binding: Binding) -> Binding:
+    """``binding`` with the launch plan its runner would compile, where the server can compile
+    it (``catalog/adapters/planned.py``), and the package unpacked into the run's work dir (the
+    runner's own unpack): a cold runner then starts the job before its imports
+    (``runner/quick.py``). A package over ``PLANNED_UNPACK_MAX_BYTES`` is left to the runner, so
+    that a placement never waits long on a copy."""
+    try:
+        spec = JobSpec.read(run.spec)
+        plan = planned.precompile(spec, get_method(spec.method.id), binding, run.config)
+        if plan is None:
+            return binding
+        data = json.loads(RunLayout(Path(binding.run_dir)).run_json.read_text())
+        manifest = Manifest.read(data["manifest"])
+        if manifest.total_bytes > PLANNED_UNPACK_MAX_BYTES:
+            return binding
+        packs = read_extents(data.get("packs"))
+        unpack.unpack(manifest, Path(binding.storage_root), Path(binding.work_dir), packs)
+    except Exception:  # the runner compiles and unpacks itself, and its log says what is wrong
+        log.debug("no launch plan for run %s", run.id, exc_info=True)
+        return binding
+    plan = plan.model_copy(update={"unpacked": unpack.manifest_digest(manifest)})
+    return binding.model_copy(update={"launch": plan})
+
+
 def write_bindings(
     rt: Runtime,
     run: Run,
@@ -312,6 +343,8 @@ def write_bindings(
             framework=framework_of(run.spec),
             sync_steps=sync_steps,
         )
+        if isinstance(rt.executor, SupportsGangStart):  # a cold runner per node (Slurm)
+            binding = with_plan(run, binding)
         path = rt.storage.binding_path(run_dir, number, slot.rank)
         rt.storage.write_binding(path, binding.model_dump(mode="json"))
         starts.append(NodeLaunch(slot.rank, path, log_path, slot.node, slot.pool, list(slot.gpus)))
