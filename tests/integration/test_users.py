@@ -176,7 +176,8 @@ def test_login_saves_a_private_credential_and_logout_returns_to_the_local_server
         monkeypatch.delenv("STARFORGE_SERVER")
         monkeypatch.delenv("STARFORGE_TOKEN")
         denied = sf("admin", "user", "ls")
-        assert denied.code == 1 and "only admins may administer" in denied.err
+        assert denied.code == 1  # the refusal names the action and the role it needs
+        assert "only admins may list users; carol's role is operator" in denied.err
     finally:
         assert sf("logout").code == 0
     back = sf("whoami", "--json").json()

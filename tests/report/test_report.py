@@ -21,12 +21,13 @@ import starforge.report as report
 from starforge.client.http import Client
 from starforge.report.run import Run, Settings
 from starforge.server.services import metrics
+from tests.server.factories import member
 
 from .conftest import BASE, Server
 
 
 def series(server: Server) -> dict[str, dict[int, float]]:
-    view = metrics.series(server.rt, "alice", server.run_id, max_points=100_000)
+    view = metrics.series(server.rt, member("alice"), server.run_id, max_points=100_000)
     return {s.key: dict(zip(s.steps, s.values, strict=True)) for s in view.series}
 
 
@@ -158,7 +159,7 @@ def test_finish_spools_what_it_cannot_send_and_the_next_process_replays_it(
     second.finish()
     assert second.stats.points_replayed == 30
     assert sorted(series(server)["loss"]) == list(range(31))
-    assert metrics.meta(server.rt, "alice", server.run_id).hparams == {"lr": 0.01}
+    assert metrics.meta(server.rt, member("alice"), server.run_id).hparams == {"lr": 0.01}
     assert list(server.spool.iterdir()) == []
 
 
@@ -190,7 +191,7 @@ def test_hparams_and_metadata_are_merged_on_the_run(server: Server) -> None:
     run.log_hparams({"optim": {"lr": 0.1, "betas": (0.9, 0.99)}, "name": "tiny"})
     run.log_hparams({"optim": {"lr": 0.2}})
     run.finish()
-    meta = metrics.meta(server.rt, "alice", server.run_id)
+    meta = metrics.meta(server.rt, member("alice"), server.run_id)
     assert meta.hparams == {"optim/lr": 0.2, "optim/betas": [0.9, 0.99], "name": "tiny"}
     assert meta.meta["sdk"].startswith("starforge.report")
     assert meta.meta["dropped_nonfinite"] == 0 and "finished_at" in meta.meta

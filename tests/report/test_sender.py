@@ -14,6 +14,7 @@ from typing import Any
 from starforge.client.http import Client
 from starforge.client.sender import Sender, Spool
 from starforge.server.services import metrics
+from tests.server.factories import member
 
 from .conftest import BASE, Server
 
@@ -44,7 +45,7 @@ def step(n: int) -> dict[str, Any]:
 
 
 def losses(server: Server) -> dict[int, float]:
-    view = metrics.series(server.rt, "alice", server.run_id, max_points=1000)
+    view = metrics.series(server.rt, member("alice"), server.run_id, max_points=1000)
     found = {s.key: dict(zip(s.steps, s.values, strict=True)) for s in view.series}
     return found.get("loss", {})
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from starforge.server.services import metrics
+from tests.server.factories import member
 
 from .conftest import Server
 
@@ -55,13 +56,13 @@ def test_trainer_logs_become_curves_at_the_global_step_and_the_summary_metadata(
     callback.on_train_end(args, state, None)
     run.finish()
 
-    view = metrics.series(server.rt, "alice", server.run_id)
+    view = metrics.series(server.rt, member("alice"), server.run_id)
     got = {s.key: (s.steps, s.values) for s in view.series}
     assert got["loss"] == ([1, 2, 3], [1.0, 0.5, 1.0 / 3])
     assert got["reward"][0] == [1, 2, 3]
     assert got["eval_loss"] == ([3], [0.4])
     assert "train_runtime" not in got  # the summary is metadata, not a one-point curve
-    meta = metrics.meta(server.rt, "alice", server.run_id)
+    meta = metrics.meta(server.rt, member("alice"), server.run_id)
     assert meta.hparams == {"learning_rate": 0.02, "max_steps": 3}
     assert meta.meta["summary"] == {"train_runtime": 1.5, "train_loss": 0.6}
 
@@ -75,8 +76,8 @@ def test_only_the_main_process_reports(server: Server) -> None:
     callback.on_train_begin(Args(), state, None)
     callback.on_log(Args(), state, None, logs={"loss": 1.0})
     run.finish()
-    assert metrics.series(server.rt, "alice", server.run_id).series == []
-    assert metrics.meta(server.rt, "alice", server.run_id).hparams == {}
+    assert metrics.series(server.rt, member("alice"), server.run_id).series == []
+    assert metrics.meta(server.rt, member("alice"), server.run_id).hparams == {}
 
 
 def test_a_resumed_training_sends_its_checkpoints_history_again(server: Server) -> None:
@@ -97,7 +98,8 @@ def test_a_resumed_training_sends_its_checkpoints_history_again(server: Server) 
     callback.on_log(Args(), state, None, logs={"loss": 0.25})
     run.finish()
     got = {
-        s.key: (s.steps, s.values) for s in metrics.series(server.rt, "alice", server.run_id).series
+        s.key: (s.steps, s.values)
+        for s in metrics.series(server.rt, member("alice"), server.run_id).series
     }
     assert got["loss"] == ([1, 2, 3], [1.0, 0.5, 0.25])
     assert "train_runtime" not in got

@@ -30,7 +30,7 @@ from tests.report.conftest import (  # noqa: F401  (fixtures)
     server,
     settings,
 )
-from tests.server.factories import binding, report, run_row
+from tests.server.factories import binding, member, report, run_row
 
 STEPS = 300
 
@@ -78,7 +78,7 @@ def through(transport: httpx.BaseTransport, node: Binding) -> Callable[[str], Cl
 
 
 def stored(server: Server) -> dict[str, dict[int, float]]:  # noqa: F811
-    view = metrics.series(server.rt, "alice", server.run_id, max_points=100_000)
+    view = metrics.series(server.rt, member("alice"), server.run_id, max_points=100_000)
     return {s.key: dict(zip(s.steps, s.values, strict=True)) for s in view.series}
 
 

@@ -15,7 +15,7 @@ from starforge.contract.jobspec import JobSpec
 from starforge.contract.states import JobStatus
 from starforge.server.services import dispatch, metrics
 from starforge.server.services.users import token_digest
-from tests.server.factories import FakeExecutor, binding, run_row, running_run
+from tests.server.factories import FakeExecutor, binding, member, run_row, running_run
 
 from .conftest import runtime, wire
 
@@ -49,7 +49,7 @@ def test_the_runners_token_ingests_nothing(client: TestClient) -> None:
     run_id = running_run(rt)
     resp = _post(client, run_id, "ingest", binding(rt, run_id)["run_token"], POINT)
     assert resp.status_code == 403
-    assert metrics.series(rt, "alice", run_id, max_points=10).series == []
+    assert metrics.series(rt, member("alice"), run_id, max_points=10).series == []
 
 
 def test_each_token_does_its_own_job(client: TestClient) -> None:
@@ -102,4 +102,4 @@ def test_once_its_run_has_ended_the_job_token_ingests_nothing(
     assert run_row(rt, run_id).status == JobStatus.FAILED
     resp = _post(client, run_id, "ingest", old["job_token"], POINT)
     assert resp.status_code == 403  # the run ended
-    assert metrics.series(rt, "alice", run_id, max_points=10).series == []
+    assert metrics.series(rt, member("alice"), run_id, max_points=10).series == []

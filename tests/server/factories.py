@@ -21,13 +21,14 @@ from sqlalchemy import select
 
 from starforge.catalog.loader import get_method
 from starforge.contract.api import LifecycleEvent, SubmitRequest, SubmitResponse
+from starforge.contract.auth import Role
 from starforge.contract.jobspec import FileEntry, Inputs, JobSpec, Manifest, Provenance
 from starforge.contract.profiles import ProfileDef
 from starforge.contract.states import JobStatus
 from starforge.server import statemachine
 from starforge.server.db.models import Run, User
 from starforge.server.runtime import Runtime
-from starforge.server.services import blobs, dispatch, jobs, lifecycle
+from starforge.server.services import blobs, dispatch, jobs, lifecycle, users
 from starforge.server.settings import NodeDef
 
 INVENTORY = [
@@ -76,6 +77,11 @@ class FakeExecutor:
 
 
 # ---- factories --------------------------------------------------------------------------------
+
+
+def member(name: str) -> users.Caller:
+    """``name`` calling the services as a member does (what a member's token signs in as)."""
+    return users.Caller(name, Role.MEMBER)
 
 
 def _users(rt: Runtime) -> set[str]:

@@ -19,7 +19,7 @@ from starforge.server.db.models import Event
 from starforge.server.runtime import Runtime
 from starforge.server.services import actions
 
-from .factories import FakeExecutor, force, report, run_row, running_run, schedule, submit
+from .factories import FakeExecutor, force, member, report, run_row, running_run, schedule, submit
 from .lifecycle_factories import binding, checkpoint, start
 
 S = JobStatus
@@ -31,7 +31,7 @@ def test_pause_of_a_running_run_signals_it_with_the_pause_grace_and_waits_for_th
     run_id = running_run(rt)
     grace: list[float] = []
     executor.stop = lambda ref, grace_s: grace.append(grace_s)  # type: ignore[method-assign]
-    result = actions.pause(rt, "alice", run_id)
+    result = actions.pause(rt, member("alice"), run_id)
     assert (result.accepted, result.status) == (True, S.PAUSING)
     assert result.message == f"run {run_id} is pausing (saving a checkpoint)"
     assert grace == [rt.settings.pause_grace_s]
@@ -45,7 +45,7 @@ def test_a_paused_run_frees_its_gpus_for_the_next_run(rt: Runtime) -> None:
     first = running_run(rt, profiles=["h200:16"])
     waiting = submit(rt, profiles=["h200:16"]).run_id
     assert schedule(rt) == []
-    actions.pause(rt, "alice", first)
+    actions.pause(rt, member("alice"), first)
     report(rt, first, "exited", exit_code=143, rank=1)
     assert schedule(rt) == []  # a distributed save needs every rank: rank 0 still saves
     report(rt, first, "exited", exit_code=143, rank=0)
@@ -55,10 +55,10 @@ def test_a_paused_run_frees_its_gpus_for_the_next_run(rt: Runtime) -> None:
 
 def test_pause_of_a_queued_run_holds_it_until_resumed(rt: Runtime, executor: FakeExecutor) -> None:
     run_id = submit(rt).run_id
-    result = actions.pause(rt, "alice", run_id)
+    result = actions.pause(rt, member("alice"), run_id)
     assert (result.accepted, result.status) == (True, S.PAUSED)
     assert schedule(rt) == [] and executor.started == []
-    assert actions.resume(rt, "alice", run_id).status is S.QUEUED
+    assert actions.resume(rt, member("alice"), run_id).status is S.QUEUED
     assert schedule(rt) == [run_id]
     assert run_row(rt, run_id).current_attempt == 1  # holding it made no attempt
 
@@ -67,11 +67,11 @@ def test_resume_starts_a_new_attempt_of_the_same_run_from_the_latest_checkpoint(
     rt: Runtime,
 ) -> None:
     run_id = running_run(rt)
-    actions.pause(rt, "alice", run_id)
+    actions.pause(rt, member("alice"), run_id)
     checkpoint(rt, run_id, "checkpoint-9", hf=True)
     checkpoint(rt, run_id, "checkpoint-10", hf=True)
     report(rt, run_id, "exited", exit_code=143)
-    result = actions.resume(rt, "alice", run_id)
+    result = actions.resume(rt, member("alice"), run_id)
     assert result.accepted and result.status is S.QUEUED
     assert result.message == (
         f"run {run_id} resumed: queued as attempt 2; it continues from checkpoint-10 (step 10)"
@@ -89,10 +89,10 @@ def test_retry_requeues_a_stopped_or_failed_run_and_resets_its_auto_retries(
 ) -> None:
     run_id = running_run(rt)
     if ending == "stop":
-        actions.stop(rt, "alice", run_id)
+        actions.stop(rt, member("alice"), run_id)
     report(rt, run_id, "exited", exit_code=143 if ending == "stop" else 1)
     assert run_row(rt, run_id).status == ("stopped" if ending == "stop" else "failed")
-    result = actions.retry(rt, "alice", run_id)
+    result = actions.retry(rt, member("alice"), run_id)
     assert (result.accepted, result.status) == (True, S.QUEUED)
     assert "no checkpoint yet: it starts from the beginning" in result.message
     run = run_row(rt, run_id)
@@ -183,7 +183,7 @@ def test_every_action_on_every_status_is_accepted_or_rejected_with_the_reason(
     run_id = run_in(rt, status)
     before = run_row(rt, run_id)
     live = [ref for ref, _, _ in executor.started] if status.is_active else []
-    result = getattr(actions, action)(rt, "alice", run_id)
+    result = getattr(actions, action)(rt, member("alice"), run_id)
     after = run_row(rt, run_id)
     if (action, status) in REJECTED:
         assert (result.accepted, result.status, result.message) == (
@@ -205,11 +205,11 @@ def test_every_action_on_every_status_is_accepted_or_rejected_with_the_reason(
 
 def test_each_action_is_an_event_by_its_user(rt: Runtime) -> None:
     run_id = running_run(rt)
-    actions.pause(rt, "alice", run_id)
+    actions.pause(rt, member("alice"), run_id)
     report(rt, run_id, "exited", exit_code=143)
-    actions.resume(rt, "alice", run_id)
-    actions.stop(rt, "alice", run_id)
-    actions.retry(rt, "alice", run_id)
+    actions.resume(rt, member("alice"), run_id)
+    actions.stop(rt, member("alice"), run_id)
+    actions.retry(rt, member("alice"), run_id)
     with rt.transaction() as session:
         rows = session.scalars(select(Event).where(Event.actor == "alice").order_by(Event.id)).all()
         assert [(e.src, e.dst) for e in rows] == [
@@ -227,13 +227,13 @@ def test_an_action_on_someone_elses_run_is_not_found(rt: Runtime) -> None:
 
     run_id = running_run(rt)
     with pytest.raises(RunNotFound):
-        actions.pause(rt, "bob", run_id)
+        actions.pause(rt, member("bob"), run_id)
     assert run_row(rt, run_id).status == "running"
 
 
 def test_stop_of_a_paused_run_keeps_why_it_ended(rt: Runtime) -> None:
     run_id = submit(rt).run_id
-    actions.pause(rt, "alice", run_id)
-    actions.stop(rt, "alice", run_id)
+    actions.pause(rt, member("alice"), run_id)
+    actions.stop(rt, member("alice"), run_id)
     run = run_row(rt, run_id)
     assert (run.status, run.end_reason) == ("stopped", EndReason.STOPPED_BY_USER)

@@ -26,7 +26,7 @@ from starforge.contract.api import API_PREFIX
 from starforge.contract.auth import Role
 from starforge.contract.datasets import DatasetPush
 from starforge.contract.states import JobStatus
-from starforge.server.api.authz import On, Rule, Who
+from starforge.server.api.authz import ADMIN_RULES, On, Rule, Who
 from starforge.server.api.deps import UserDep
 from starforge.server.app import create_app
 from starforge.server.db.sweeps import Sweep, SweepRun
@@ -161,6 +161,17 @@ def new_cell(rt: Runtime, role: Role | None, whose: str) -> Cell:
 
 
 def call(client: TestClient, method: str, path: str, cell: Cell, submit: dict[str, Any]) -> int:
+    return send(client, method, path, cell, submit).status_code
+
+
+def call_json(
+    client: TestClient, method: str, path: str, cell: Cell, submit: dict[str, Any]
+) -> dict[str, Any]:
+    answer: dict[str, Any] = send(client, method, path, cell, submit).json()
+    return answer
+
+
+def send(client: TestClient, method: str, path: str, cell: Cell, submit: dict[str, Any]) -> Any:
     digest = hashlib.sha256(BLOB).hexdigest()
     ref = "default" if path.startswith(f"{API_PREFIX}/tokens/") else cell.run_id
     url = path.format(
@@ -204,9 +215,8 @@ def call(client: TestClient, method: str, path: str, cell: Cell, submit: dict[st
     if key == "GET /runs-diff":  # the cell's run compared with itself: two runs named
         params = {"run": [cell.run_id, cell.run_id]}
     if key.startswith("PUT /blobs/"):
-        return client.put(url, content=BLOB, headers=headers).status_code
-    resp = client.request(method, url, json=bodies.get(key), headers=headers, params=params)
-    return resp.status_code
+        return client.put(url, content=BLOB, headers=headers)
+    return client.request(method, url, json=bodies.get(key), headers=headers, params=params)
 
 
 def test_every_route_declares_exactly_one_authorization_rule(client: TestClient) -> None:
@@ -229,7 +239,7 @@ def test_a_route_that_only_asks_for_a_user_is_reported_as_unguarded(settings: Se
 
     @app.get(f"{API_PREFIX}/new-endpoint")
     def new_endpoint(user: UserDep) -> dict[str, str]:
-        return {"user": user}
+        return {"user": user.name}
 
     assert declared_rules(app)[f"GET {API_PREFIX}/new-endpoint"] == []
 
@@ -266,6 +276,30 @@ def test_each_cell_of_routes_roles_and_owners_answers_as_its_rule_says(client: T
                 wrong.append(f"{route} as {who} on {whose} run: {got}, want {want or '2xx'}")
     assert wrong == [], "\n".join(wrong)
     assert cells > 100  # the walk did reach the whole table
+
+
+def test_each_admin_route_refuses_an_operator_naming_its_own_action_and_the_admin_role(
+    client: TestClient,
+) -> None:
+    app: FastAPI = client.app  # type: ignore[assignment]
+    rt: Runtime = app.state.runtime
+    submit = request(rt).model_dump(mode="json")
+    admin_routes = {
+        route: rule
+        for route, (rule,) in declared_rules(app).items()
+        if rule.who is Who.USER and rule.role is Role.ADMIN
+    }
+    assert len(admin_routes) >= 15  # users, quotas, usage, maintenance, images, registries
+    assert set(admin_routes.values()) == set(ADMIN_RULES)  # every admin action has its route
+    wrong = []
+    for route, rule in sorted(admin_routes.items()):
+        method, path = route.split(" ", 1)
+        cell = new_cell(rt, Role.OPERATOR, "own")
+        got = call_json(client, method, path, cell, submit)
+        want = f"only admins may {rule.action}; {cell.caller}'s role is operator"
+        if got.get("message") != want or got.get("details", {}).get("needs") != "admin":
+            wrong.append(f"{route}: {got}")
+    assert wrong == [], "\n".join(wrong)
 
 
 def test_an_operator_sees_the_whole_queue_and_a_member_only_their_own(client: TestClient) -> None:

@@ -18,7 +18,7 @@ from starforge.contract.jobspec import FileEntry, InputKind, InputRef, Inputs
 from starforge.server.runtime import Runtime
 from starforge.server.services import blobs, datasets, jobs
 
-from .factories import run_row, submit
+from .factories import member, run_row, submit
 
 PROMPTS = {"train.jsonl": b'{"prompt": "a"}\n', "val.jsonl": b'{"prompt": "b"}\n'}
 
@@ -105,12 +105,14 @@ def test_admission_resolves_the_latest_version_and_the_run_records_it(rt: Runtim
     push(rt, "alice", version="v1")
     push(rt, "alice", version="v2", files={"train.jsonl": b"v2\n"})
     resp = submit(rt, "alice", inputs=_dataset_inputs("alice/prompts"))
-    view = jobs.get(rt, "alice", resp.run_id)
+    view = jobs.get(rt, member("alice"), resp.run_id)
     assert view.datasets == {"train_data": "alice/prompts@v2"}
     recorded = resolved_of(run_row(rt, resp.run_id).config)["train_data"]
     assert (recorded.version, recorded.path) == ("v2", "train.jsonl")
     pinned = submit(rt, "alice", inputs=_dataset_inputs("alice/prompts@v1", "val.jsonl"))
-    assert jobs.get(rt, "alice", pinned.run_id).datasets == {"train_data": "alice/prompts@v1"}
+    assert jobs.get(rt, member("alice"), pinned.run_id).datasets == {
+        "train_data": "alice/prompts@v1"
+    }
 
 
 def test_a_file_not_in_the_dataset_is_refused_with_the_closest_names(rt: Runtime) -> None:

@@ -15,7 +15,7 @@ from starforge.contract.states import JobStatus
 from starforge.server.runtime import Runtime
 from starforge.server.services import blobs, datasets, jobs
 
-from .factories import force, request
+from .factories import force, member, request
 from .test_datasets import push
 
 
@@ -29,7 +29,7 @@ def submit_with_output(rt: Runtime, user: str, output: str) -> SubmitResponse:
 
 def succeed_with_files(rt: Runtime, run_id: str, files: dict[str, bytes]) -> None:
     force(rt, run_id, JobStatus.STARTING, JobStatus.RUNNING, JobStatus.SUCCEEDED)
-    view = jobs.get(rt, "alice", run_id)
+    view = jobs.get(rt, member("alice"), run_id)
     out = rt.storage.root.joinpath(view.run_dir.removeprefix(str(rt.storage.root) + "/"))
     for rel, data in files.items():
         path = out / "out" / "dataset" / rel
@@ -51,7 +51,7 @@ def test_a_succeeded_run_publishes_its_output_dir_and_another_run_reads_it(rt: R
     for digest in req.manifest.digests():
         blobs.record(rt, "alice", digest)
     later = jobs.submit(rt, "alice", req)
-    assert jobs.get(rt, "alice", later.run_id).datasets == {"train_data": "alice/scored@v1"}
+    assert jobs.get(rt, member("alice"), later.run_id).datasets == {"train_data": "alice/scored@v1"}
 
 
 def test_an_output_version_that_exists_or_is_not_yours_is_refused_at_admission(
@@ -62,7 +62,7 @@ def test_an_output_version_that_exists_or_is_not_yours_is_refused_at_admission(
         submit_with_output(rt, "alice", "alice/scored@v1")
     with pytest.raises(Rejected, match="only into your own datasets"):
         submit_with_output(rt, "alice", "bob/scored@v1")
-    assert jobs.list_runs(rt, "alice") == []
+    assert jobs.list_runs(rt, member("alice")) == []
 
 
 def test_an_output_with_a_secret_is_not_published(rt: Runtime) -> None:
@@ -81,7 +81,7 @@ def test_links_in_the_output_dir_are_never_followed_into_the_dataset(
     (outside / "key.txt").write_bytes(b"not the run's\n")
     run_id = submit_with_output(rt, "alice", "alice/linked@v1").run_id
     succeed_with_files(rt, run_id, {"ok.jsonl": b"{}\n"})
-    folder = Path(jobs.get(rt, "alice", run_id).run_dir) / "out" / "dataset"
+    folder = Path(jobs.get(rt, member("alice"), run_id).run_dir) / "out" / "dataset"
     (folder / "stolen.txt").symlink_to(outside / "key.txt")
     (folder / "stolen-dir").symlink_to(outside)
     done = datasets.publish_output(rt, run_id)
@@ -96,7 +96,7 @@ def test_an_output_dir_that_is_a_link_publishes_nothing(rt: Runtime, tmp_path: P
     (outside / "key.txt").write_bytes(b"not the run's\n")
     run_id = submit_with_output(rt, "alice", "alice/linked@v1").run_id
     succeed_with_files(rt, run_id, {"ok.jsonl": b"{}\n"})
-    folder = Path(jobs.get(rt, "alice", run_id).run_dir) / "out" / "dataset"
+    folder = Path(jobs.get(rt, member("alice"), run_id).run_dir) / "out" / "dataset"
     shutil.rmtree(folder)
     folder.symlink_to(outside)
     with pytest.raises(UsageError, match="has no files"):

@@ -21,7 +21,7 @@ from starforge.server.runtime import Runtime
 from starforge.server.services import blobs, datasets, diffs, jobs, users
 from starforge.server.settings import Settings
 
-from .factories import TOKENS, FakeExecutor, package, run_row, spec
+from .factories import TOKENS, FakeExecutor, member, package, run_row, spec
 
 HUB = InputRef(kind=InputKind.HUB, value="org/data")
 TRL_INPUTS = Inputs(
@@ -73,7 +73,7 @@ def test_runs_that_differ_only_in_learning_rate_differ_in_one_row(rt: Runtime) -
     # The resolved config carries the same value under the parameter's path...
     assert run_row(rt, fast).config["learning_rate"] == 3e-4  # type: ignore[index]
 
-    diff = diffs.compare(rt, "alice", [slow, fast])
+    diff = diffs.compare(rt, member("alice"), [slow, fast])
 
     # ...and the diff names it once, as the parameter.
     assert diff.rows == [
@@ -96,7 +96,7 @@ def test_each_difference_shows_up_in_its_own_section(
 ) -> None:
     first, second = submitted(rt), submitted(rt, **change)
 
-    diff = diffs.compare(rt, "alice", [first, second])
+    diff = diffs.compare(rt, member("alice"), [first, second])
 
     assert keys(diff) == expected
     (row,) = diff.rows
@@ -109,7 +109,7 @@ def test_a_newer_dataset_version_shows_up_in_the_datasets_section_only(rt: Runti
     push_prompts(rt, "v2")
     after = submitted(rt, inputs=PROMPTS)
 
-    diff = diffs.compare(rt, "alice", [before, after])
+    diff = diffs.compare(rt, member("alice"), [before, after])
 
     assert diff.rows == [
         DiffRow(
@@ -124,7 +124,10 @@ def test_a_run_without_a_key_shows_it_as_absent(rt: Runtime) -> None:
     plain = submitted(rt, method_id="trl/sft", inputs=TRL_INPUTS)
     tuned = submitted(rt, method_id="trl/sft", inputs=TRL_INPUTS, hyperparams={"seed": 7})
 
-    rows = {(r.section, r.key): r.values for r in diffs.compare(rt, "alice", [plain, tuned]).rows}
+    rows = {
+        (r.section, r.key): r.values
+        for r in diffs.compare(rt, member("alice"), [plain, tuned]).rows
+    }
 
     assert rows == {("hyperparams", "seed"): [None, "7"]}
 
@@ -132,7 +135,7 @@ def test_a_run_without_a_key_shows_it_as_absent(rt: Runtime) -> None:
 def test_three_runs_are_compared_in_the_order_asked(rt: Runtime) -> None:
     runs = [submitted(rt, git_commit=c * 40) for c in "abc"]
 
-    diff = diffs.compare(rt, "alice", [runs[2], runs[0], runs[1]])
+    diff = diffs.compare(rt, member("alice"), [runs[2], runs[0], runs[1]])
 
     assert diff.runs == [runs[2], runs[0], runs[1]]
     assert diff.rows == [
@@ -144,13 +147,13 @@ def test_three_runs_are_compared_in_the_order_asked(rt: Runtime) -> None:
 def test_fewer_than_two_or_more_than_eight_runs_are_refused(rt: Runtime, count: int) -> None:
     run = submitted(rt)
     with pytest.raises(CompareRefused, match=f"2 to 8 runs; {count} given"):
-        diffs.compare(rt, "alice", [run] * count)
+        diffs.compare(rt, member("alice"), [run] * count)
 
 
 def test_another_members_run_is_not_found(rt: Runtime) -> None:
     mine, theirs = submitted(rt), submitted(rt, user="bob")
     with pytest.raises(RunNotFound):
-        diffs.compare(rt, "alice", [mine, theirs])
+        diffs.compare(rt, member("alice"), [mine, theirs])
 
 
 # ---- through HTTP -----------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from starforge.server.runtime import Runtime
 from starforge.server.services import actions, dispatch, jobs, reconcile
 from starforge.server.services.users import token_digest
 
-from .factories import FakeExecutor, binding, report, run_row, running_run, schedule, submit
+from .factories import FakeExecutor, binding, member, report, run_row, running_run, schedule, submit
 
 
 def write_exit_record(rt: Runtime, run_id: str, code: int, attempt: int = 1, rank: int = 0) -> None:
@@ -105,7 +105,7 @@ def test_a_run_that_does_not_fit_waits_and_says_why(rt: Runtime) -> None:
     assert (
         run.reason == "waiting for 1 node with 8 free h200 GPUs: 0 are free on h200-1, 0 on h200-2"
     )
-    assert jobs.get(rt, "alice", third).reason == run.reason
+    assert jobs.get(rt, member("alice"), third).reason == run.reason
 
 
 def test_a_pass_never_starts_a_run_twice(rt: Runtime, executor: FakeExecutor) -> None:
@@ -160,7 +160,7 @@ def test_a_stop_that_lands_while_starting_stops_the_started_nodes(
 ) -> None:
     run_id = submit(rt).run_id
     orders = dispatch.schedule_pass(rt)
-    actions.stop(rt, "alice", run_id)  # before the executor started anything
+    actions.stop(rt, member("alice"), run_id)  # before the executor started anything
     assert executor.stopped == []
     dispatch.start_attempt(rt, orders[0])
     assert executor.stopped == [executor.started[0][0]]
@@ -196,7 +196,7 @@ def test_a_vanished_runner_of_a_stopping_run_means_it_stopped(
     rt: Runtime, executor: FakeExecutor
 ) -> None:
     run_id = running_run(rt)
-    actions.stop(rt, "alice", run_id)
+    actions.stop(rt, member("alice"), run_id)
     executor.die(executor.started[0][0])
     reconcile.reconcile(rt)
     run = run_row(rt, run_id)
@@ -237,20 +237,20 @@ def test_an_attempt_number_the_runs_folder_shows_was_used_is_never_used_again(
     layout.exit_record(2, 0).write_text('{"exit_code": 143}')
     layout.binding(2, 0).write_text("{}")
 
-    assert actions.retry(rt, "alice", run_id).accepted
+    assert actions.retry(rt, member("alice"), run_id).accepted
     assert schedule(rt) == [run_id]
     run = run_row(rt, run_id)
     assert run.current_attempt == 3
     assert binding(rt, run_id, 3, 0)["attempt"] == 3
     assert layout.exit_record(2, 0).read_text() == '{"exit_code": 143}'  # untouched
     assert layout.log(2).read_text() == "attempt 2's training\n"
-    assert jobs.get(rt, "alice", run_id).reason.startswith(
+    assert jobs.get(rt, member("alice"), run_id).reason.startswith(
         "attempt 3 placed on h200-1[0] (the run's folder holds attempt 2, which the database "
         "does not know"
     )
     # The next attempt after that follows the database again: 4.
     report(rt, run_id, "exited", exit_code=1, attempt=3)
-    assert actions.retry(rt, "alice", run_id).accepted
+    assert actions.retry(rt, member("alice"), run_id).accepted
     assert schedule(rt) == [run_id]
     assert run_row(rt, run_id).current_attempt == 4
 

@@ -12,7 +12,7 @@ from starforge.contract.steps import EVAL_REPORT
 from starforge.server.runtime import Runtime
 from starforge.server.services import blobs, dispatch, jobs
 
-from .factories import package, report, run_row, schedule
+from .factories import member, package, report, run_row, schedule
 from .test_steps import SFT_FILES, sft_request, succeed
 
 GATED = {
@@ -52,24 +52,24 @@ def test_a_failed_gate_names_its_bound_and_value_on_the_step_and_ends_the_pipeli
 ) -> None:
     root = submit_gated(rt)
     succeed(rt, root)
-    export_id = jobs.get(rt, "alice", root).steps[0].run_id
+    export_id = jobs.get(rt, member("alice"), root).steps[0].run_id
     succeed(rt, export_id)
-    view = jobs.get(rt, "alice", root)
+    view = jobs.get(rt, member("alice"), root)
     eval_id = view.steps[1].run_id
     assert (
         view.reason
         == f"completed; step export ({export_id}) succeeded; next step: eval ({eval_id})"
     )
-    gate = jobs.get(rt, "alice", eval_id).gate
+    gate = jobs.get(rt, member("alice"), eval_id).gate
     assert gate is not None and (gate.metric, gate.bound, gate.threshold) == ("loss", "max", 0.001)
     assert gate.passed is None and gate.value is None  # not judged yet
 
     eval_reports(rt, eval_id, passed=False, value=2.31)
-    step = jobs.get(rt, "alice", eval_id)
+    step = jobs.get(rt, member("alice"), eval_id)
     assert step.status is JobStatus.FAILED and step.exit_code == 3
     assert step.reason == "eval gate failed: loss = 2.31, at most 0.001 required (exit code 3)"
     assert step.gate is not None and (step.gate.value, step.gate.passed) == (2.31, False)
-    view = jobs.get(rt, "alice", root)
+    view = jobs.get(rt, member("alice"), root)
     assert view.reason == (
         f"completed; pipeline stopped at step eval ({eval_id}), failed: eval gate failed: "
         "loss = 2.31, at most 0.001 required (exit code 3)"
@@ -80,11 +80,11 @@ def test_a_failed_gate_names_its_bound_and_value_on_the_step_and_ends_the_pipeli
 def test_a_pipeline_whose_every_step_succeeded_says_so_on_the_training_run(rt: Runtime) -> None:
     root = submit_gated(rt)
     succeed(rt, root)
-    export_id = jobs.get(rt, "alice", root).steps[0].run_id
+    export_id = jobs.get(rt, member("alice"), root).steps[0].run_id
     succeed(rt, export_id)
-    eval_id = jobs.get(rt, "alice", root).steps[1].run_id
+    eval_id = jobs.get(rt, member("alice"), root).steps[1].run_id
     eval_reports(rt, eval_id, passed=True, value=0.0005)
-    view = jobs.get(rt, "alice", root)
+    view = jobs.get(rt, member("alice"), root)
     assert view.reason == (
         f"completed; pipeline done: export ({export_id}), eval ({eval_id}) succeeded"
     )

@@ -18,6 +18,7 @@ from .factories import (
     FakeExecutor,
     force,
     insert_run,
+    member,
     report,
     request,
     run_row,
@@ -138,16 +139,16 @@ def test_a_run_is_found_by_any_unambiguous_prefix(rt: Runtime) -> None:
     insert_run(rt, "r-abcde00001")
     insert_run(rt, "r-abxyz00002")
     with rt.transaction() as session:
-        assert jobs.resolve(session, "alice", "r-abc").id == "r-abcde00001"
-        assert jobs.resolve(session, "alice", "abx").id == "r-abxyz00002"
-        assert jobs.resolve(session, "alice", "r-abcde00001").id == "r-abcde00001"
+        assert jobs.resolve(session, member("alice"), "r-abc").id == "r-abcde00001"
+        assert jobs.resolve(session, member("alice"), "abx").id == "r-abxyz00002"
+        assert jobs.resolve(session, member("alice"), "r-abcde00001").id == "r-abcde00001"
 
 
 def test_an_ambiguous_prefix_lists_the_candidates(rt: Runtime) -> None:
     insert_run(rt, "r-abcde00001")
     insert_run(rt, "r-abxyz00002")
     with rt.transaction() as session, pytest.raises(AmbiguousRun) as err:
-        jobs.resolve(session, "alice", "r-ab")
+        jobs.resolve(session, member("alice"), "r-ab")
     assert sorted(err.value.details["candidates"]) == ["r-abcde00001", "r-abxyz00002"]
     assert "r-abcde00001" in err.value.message
 
@@ -156,7 +157,7 @@ def test_an_ambiguous_prefix_lists_at_most_eight_candidates(rt: Runtime) -> None
     for i in range(10):
         insert_run(rt, f"r-aaaaaaaa{i:02d}", minutes=i)
     with rt.transaction() as session, pytest.raises(AmbiguousRun) as err:
-        jobs.resolve(session, "alice", "aaa")
+        jobs.resolve(session, member("alice"), "aaa")
     assert len(err.value.details["candidates"]) == 8
     assert err.value.message.endswith("...")
 
@@ -165,11 +166,11 @@ def test_an_unknown_or_foreign_run_is_not_found(rt: Runtime) -> None:
     insert_run(rt, "r-bobsrun001", user="bob")
     with rt.transaction() as session:
         with pytest.raises(RunNotFound):
-            jobs.resolve(session, "alice", "r-zzz")
+            jobs.resolve(session, member("alice"), "r-zzz")
         with pytest.raises(RunNotFound):
-            jobs.resolve(session, "alice", "r-bobsrun001")
+            jobs.resolve(session, member("alice"), "r-bobsrun001")
         with pytest.raises(RunNotFound):
-            jobs.resolve(session, "alice", "%")  # LIKE wildcards match nothing
+            jobs.resolve(session, member("alice"), "%")  # LIKE wildcards match nothing
 
 
 def test_the_list_is_the_users_runs_newest_first_filtered_by_status(rt: Runtime) -> None:
@@ -177,16 +178,19 @@ def test_the_list_is_the_users_runs_newest_first_filtered_by_status(rt: Runtime)
     insert_run(rt, "r-new0000002", minutes=5)
     insert_run(rt, "r-bob0000003", user="bob", minutes=9)
     force(rt, "r-old0000001", JobStatus.STOPPED)
-    assert [r.run_id for r in jobs.list_runs(rt, "alice")] == ["r-new0000002", "r-old0000001"]
-    assert [r.run_id for r in jobs.list_runs(rt, "alice", status=JobStatus.STOPPED)] == [
+    assert [r.run_id for r in jobs.list_runs(rt, member("alice"))] == [
+        "r-new0000002",
+        "r-old0000001",
+    ]
+    assert [r.run_id for r in jobs.list_runs(rt, member("alice"), status=JobStatus.STOPPED)] == [
         "r-old0000001"
     ]
-    assert [r.run_id for r in jobs.list_runs(rt, "alice", limit=1)] == ["r-new0000002"]
+    assert [r.run_id for r in jobs.list_runs(rt, member("alice"), limit=1)] == ["r-new0000002"]
 
 
 def test_a_run_view_carries_its_attempts_events_and_spec(rt: Runtime) -> None:
     run_id = running_run(rt)
-    view = jobs.get(rt, "alice", run_id[:6])
+    view = jobs.get(rt, member("alice"), run_id[:6])
     assert view.status is JobStatus.RUNNING and view.profiles == ["h200:8"]
     assert [a.number for a in view.attempts] == [1]
     assert view.attempts[0].log_path.endswith("logs/attempt-1.log")
@@ -202,7 +206,7 @@ def test_stop_of_a_queued_run_stops_it_without_starting_it(
     rt: Runtime, executor: FakeExecutor
 ) -> None:
     run_id = submit(rt).run_id
-    result = actions.stop(rt, "alice", run_id)
+    result = actions.stop(rt, member("alice"), run_id)
     assert result.accepted and result.status is JobStatus.STOPPED
     assert schedule(rt) == [] and executor.started == []
     run = run_row(rt, run_id)
@@ -213,7 +217,7 @@ def test_stop_of_a_running_run_signals_its_runner_and_waits_for_its_exit(
     rt: Runtime, executor: FakeExecutor
 ) -> None:
     run_id = running_run(rt)
-    result = actions.stop(rt, "alice", run_id)
+    result = actions.stop(rt, member("alice"), run_id)
     assert result.accepted and result.status is JobStatus.STOPPING
     assert executor.stopped == [executor.started[0][0]]
     report(rt, run_id, "exited", exit_code=143)
@@ -224,14 +228,14 @@ def test_stop_of_a_running_run_signals_its_runner_and_waits_for_its_exit(
 def test_stop_of_a_starting_run_goes_through_stopping(rt: Runtime, executor: FakeExecutor) -> None:
     run_id = submit(rt).run_id
     schedule(rt)
-    assert actions.stop(rt, "alice", run_id).status is JobStatus.STOPPING
+    assert actions.stop(rt, member("alice"), run_id).status is JobStatus.STOPPING
     assert len(executor.stopped) == 1
 
 
 def test_stop_of_a_stopping_run_is_rejected_with_a_reason(rt: Runtime) -> None:
     run_id = running_run(rt)
-    actions.stop(rt, "alice", run_id)
-    again = actions.stop(rt, "alice", run_id)
+    actions.stop(rt, member("alice"), run_id)
+    again = actions.stop(rt, member("alice"), run_id)
     assert not again.accepted and again.message == f"run {run_id} is already stopping"
 
 
@@ -239,7 +243,7 @@ def test_stop_of_a_stopping_run_is_rejected_with_a_reason(rt: Runtime) -> None:
 def test_stop_of_a_finished_run_is_rejected_with_its_status(rt: Runtime, final: JobStatus) -> None:
     run_id = running_run(rt)
     report(rt, run_id, "exited", exit_code=0 if final is JobStatus.SUCCEEDED else 1)
-    result = actions.stop(rt, "alice", run_id)
+    result = actions.stop(rt, member("alice"), run_id)
     assert not result.accepted and result.status is final
     assert result.message == f"run {run_id} already {final.value}"
 
@@ -247,18 +251,18 @@ def test_stop_of_a_finished_run_is_rejected_with_its_status(rt: Runtime, final: 
 def test_stop_of_a_paused_run_stops_it_at_once(rt: Runtime) -> None:
     run_id = running_run(rt)
     force(rt, run_id, JobStatus.PAUSING, JobStatus.PAUSED)
-    assert actions.stop(rt, "alice", run_id).status is JobStatus.STOPPED
+    assert actions.stop(rt, member("alice"), run_id).status is JobStatus.STOPPED
 
 
 def test_stop_of_a_pausing_run_goes_through_stopping(rt: Runtime) -> None:
     run_id = running_run(rt)
     force(rt, run_id, JobStatus.PAUSING)
-    assert actions.stop(rt, "alice", run_id).status is JobStatus.STOPPING
+    assert actions.stop(rt, member("alice"), run_id).status is JobStatus.STOPPING
 
 
 def test_stop_records_who_stopped_the_run(rt: Runtime) -> None:
     run_id = submit(rt).run_id
-    actions.stop(rt, "alice", run_id)
+    actions.stop(rt, member("alice"), run_id)
     with rt.transaction() as session:
         last = session.scalars(select(Event).order_by(Event.id.desc())).first()
         assert last is not None and (last.dst, last.actor) == ("stopped", "alice")

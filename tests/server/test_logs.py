@@ -11,7 +11,7 @@ from starforge.contract.errors import NotFound
 from starforge.server.runtime import Runtime
 from starforge.server.services import actions, logs
 
-from .factories import report, run_row, running_run, submit
+from .factories import member, report, run_row, running_run, submit
 
 
 def log_file(rt: Runtime, run_id: str) -> Path:
@@ -19,7 +19,7 @@ def log_file(rt: Runtime, run_id: str) -> Path:
 
 
 def read(rt: Runtime, run_id: str, **kw: object) -> logs.LogChunk:
-    return asyncio.run(logs.read(rt, "alice", run_id, **kw))  # type: ignore[arg-type]
+    return asyncio.run(logs.read(rt, member("alice"), run_id, **kw))  # type: ignore[arg-type]
 
 
 def test_a_running_log_is_read_up_to_its_last_whole_line(rt: Runtime) -> None:
@@ -64,7 +64,7 @@ def test_a_queued_run_has_no_log_yet_and_a_stopped_one_is_final(rt: Runtime) -> 
     run_id = submit(rt).run_id
     chunk = read(rt, run_id)
     assert (chunk.attempt, chunk.data, chunk.final) == (0, "", False)
-    actions.stop(rt, "alice", run_id)
+    actions.stop(rt, member("alice"), run_id)
     assert read(rt, run_id).final
 
 
@@ -80,7 +80,7 @@ def test_a_long_poll_returns_as_soon_as_new_lines_arrive(rt: Runtime) -> None:
     path.write_bytes(b"")
 
     async def scenario() -> logs.LogChunk:
-        reader = asyncio.create_task(logs.read(rt, "alice", run_id, wait=30))
+        reader = asyncio.create_task(logs.read(rt, member("alice"), run_id, wait=30))
         await asyncio.sleep(0.3)
         assert not reader.done()
         path.write_bytes(b"hello\n")
@@ -94,7 +94,7 @@ def test_a_long_poll_ends_when_the_run_ends(rt: Runtime) -> None:
     run_id = running_run(rt)
 
     async def scenario() -> logs.LogChunk:
-        reader = asyncio.create_task(logs.read(rt, "alice", run_id, wait=30))
+        reader = asyncio.create_task(logs.read(rt, member("alice"), run_id, wait=30))
         await asyncio.sleep(0.3)
         await asyncio.to_thread(report, rt, run_id, "exited", exit_code=0)
         return await reader

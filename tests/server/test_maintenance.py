@@ -19,6 +19,7 @@ from .factories import (
     TOKENS,
     FakeExecutor,
     eventually,
+    member,
     report,
     run_row,
     running_run,
@@ -95,18 +96,18 @@ def test_drain_pauses_what_can_resume_reports_the_blocker_and_resume_requeues_in
     # Submissions still queue, and wait with the drain's reason.
     queued = submit(rt, "bob", profiles=["h100:1"]).run_id
     assert schedule(rt) == []
-    assert jobs.get(rt, "bob", queued).reason.startswith("maintenance (driver upgrade): ")
+    assert jobs.get(rt, member("bob"), queued).reason.startswith("maintenance (driver upgrade): ")
 
     for run_id in (first, second):
         exits(rt, executor, run_id, 143)  # the checkpoint is saved, the job exits
         assert run_row(rt, run_id).status == JobStatus.PAUSED
     exits(rt, executor, blocker, 0)  # the blocker finished on its own
-    status = maintenance.status(rt, admin)
+    status = maintenance.status(rt)
     assert (status.pausing, status.blockers, status.safe_to_restart) == ([], [], True)
 
     # The drain lives in the database: a restarted server still holds dispatch.
     again = build_runtime(rt.settings, executor=FakeExecutor())
-    assert maintenance.status(again, admin).active
+    assert maintenance.status(again).active
     again.engine.dispose()
 
     after = maintenance.resume(rt, admin)
@@ -130,10 +131,10 @@ def test_a_blocker_that_saves_a_checkpoint_is_paused_by_the_next_pass_and_resume
     with_checkpoint(rt, blocker)  # it saves one after the drain began
     assert maintenance.pause_resumable(rt) == [blocker]  # the reconciler's next tick
     assert maintenance.pause_resumable(rt) == []  # once
-    status = maintenance.status(rt, admin)
+    status = maintenance.status(rt)
     assert (status.paused, status.pausing, status.blockers) == ([blocker], [blocker], [])
     exits(rt, executor, blocker, 143)
-    assert maintenance.status(rt, admin).safe_to_restart
+    assert maintenance.status(rt).safe_to_restart
     maintenance.resume(rt, admin)
     assert schedule(rt) == [blocker]
 
@@ -164,7 +165,7 @@ def test_a_paused_run_whose_runner_still_runs_is_not_safe_to_restart(
     run_id = paused_by_the_drain(rt, admin)
     (ref,) = refs(rt, run_id)  # still alive: it outlived its attempt's end
 
-    status = maintenance.status(rt, admin)
+    status = maintenance.status(rt)
     assert not status.safe_to_restart
     assert [(b.run_id, b.why) for b in status.blockers] == [
         (run_id, f"paused in the database, but its runner still runs ({ref})")
@@ -175,7 +176,7 @@ def test_a_paused_run_whose_runner_still_runs_is_not_safe_to_restart(
     )
 
     executor.die(ref)
-    assert maintenance.status(rt, admin).safe_to_restart
+    assert maintenance.status(rt).safe_to_restart
 
 
 def test_an_executor_that_cannot_say_what_it_runs_is_not_safe_to_restart(
@@ -187,7 +188,7 @@ def test_an_executor_that_cannot_say_what_it_runs_is_not_safe_to_restart(
         raise SlurmError("squeue failed: Unable to contact slurm controller")
 
     monkeypatch.setattr(executor, "is_alive", unreachable)
-    status = maintenance.status(rt, admin)
+    status = maintenance.status(rt)
     assert not status.safe_to_restart
     assert status.executor_unknown == (
         "the executor cannot say what it still runs "
@@ -197,7 +198,7 @@ def test_an_executor_that_cannot_say_what_it_runs_is_not_safe_to_restart(
     monkeypatch.undo()
     for ref in refs(rt, run_id):
         executor.die(ref)
-    assert maintenance.status(rt, admin).safe_to_restart
+    assert maintenance.status(rt).safe_to_restart
 
 
 def test_an_attempt_the_database_does_not_know_but_slurm_still_runs_is_not_safe(
@@ -208,10 +209,10 @@ def test_an_attempt_the_database_does_not_know_but_slurm_still_runs_is_not_safe(
     run_id = paused_by_the_drain(rt, admin)
     for ref in refs(rt, run_id):
         executor.die(ref)
-    assert maintenance.status(rt, admin).safe_to_restart
+    assert maintenance.status(rt).safe_to_restart
 
     executor.live = {(run_id, 2): "Slurm job 12 (RUNNING)", ("another-servers-run", 1): "job 13"}
-    status = maintenance.status(rt, admin)
+    status = maintenance.status(rt)
     assert not status.safe_to_restart
     assert [(b.run_id, b.why) for b in status.blockers] == [
         (run_id, "paused in the database, but attempt 2 still runs (Slurm job 12 (RUNNING))")
@@ -244,14 +245,14 @@ def test_with_the_local_executor_a_paused_run_whose_runner_lives_is_not_safe(
         run_id = paused_by_the_drain(rt, admin)  # its runner got SIGTERM, ignored it, lives on
         (ref,) = started[:] = refs(rt, run_id)
         assert local.is_alive(ref)
-        status = maintenance.status(rt, admin)
+        status = maintenance.status(rt)
         assert not status.safe_to_restart
         assert [b.why for b in status.blockers] == [
             f"paused in the database, but its runner still runs ({ref})"
         ]
         local.kill(ref)
         eventually(lambda: not local.is_alive(ref), what="the runner to end")
-        assert maintenance.status(rt, admin).safe_to_restart
+        assert maintenance.status(rt).safe_to_restart
     finally:
         for ref in started:  # whatever the test's end, no runner is left behind
             local.kill(ref)

@@ -22,7 +22,7 @@ from starforge.server.runtime import Runtime
 from starforge.server.services import metrics, users
 from starforge.server.settings import Settings
 
-from .factories import TOKENS, FakeExecutor, binding, running_run
+from .factories import TOKENS, FakeExecutor, binding, member, running_run
 
 
 def batch(*steps: tuple[int, dict[str, float]], **extra: object) -> IngestRequest:
@@ -37,7 +37,7 @@ def token_of(rt: Runtime, run_id: str) -> str:
 
 
 def stored(rt: Runtime, run_id: str, user: str = "alice") -> dict[str, list[tuple[int, float]]]:
-    view = metrics.series(rt, user, run_id, max_points=100_000)
+    view = metrics.series(rt, member(user), run_id, max_points=100_000)
     return {s.key: list(zip(s.steps, s.values, strict=True)) for s in view.series}
 
 
@@ -77,11 +77,11 @@ def test_queries_name_keys_and_see_only_the_users_runs(rt: Runtime) -> None:
     metrics.ingest(
         rt, run_id, token_of(rt, run_id), batch((0, {"loss": 1.0, "reward": 0.0, "lr": 0.1}))
     )
-    view = metrics.series(rt, "alice", run_id[:6], keys=["reward", "loss", "missing"])
+    view = metrics.series(rt, member("alice"), run_id[:6], keys=["reward", "loss", "missing"])
     assert view.keys == ["loss", "lr", "reward"]  # every key the run has
     assert [s.key for s in view.series] == ["reward", "loss"]
     with pytest.raises(RunNotFound):
-        metrics.series(rt, "bob", run_id)
+        metrics.series(rt, member("bob"), run_id)
 
 
 def test_hyperparameters_and_metadata_merge_and_progress_shows_the_last_step(
@@ -91,11 +91,11 @@ def test_hyperparameters_and_metadata_merge_and_progress_shows_the_last_step(
     token = token_of(rt, run_id)
     metrics.ingest(rt, run_id, token, batch((4, {"loss": 1.0}), hparams={"lr": 0.1, "bs": 8}))
     metrics.ingest(rt, run_id, token, batch((2, {"loss": 1.0}), hparams={"lr": 0.2}, meta={"a": 1}))
-    meta = metrics.meta(rt, "alice", run_id)
+    meta = metrics.meta(rt, member("alice"), run_id)
     assert (meta.hparams, meta.meta, meta.last_step) == ({"lr": 0.2, "bs": 8}, {"a": 1}, 4)
-    progress = metrics.progress(rt, "alice", [run_id, "r-unknownrun"]).runs
+    progress = metrics.progress(rt, member("alice"), [run_id, "r-unknownrun"]).runs
     assert [(p.run_id, p.last_step) for p in progress] == [(run_id, 4)]
-    assert metrics.progress(rt, "bob", [run_id]).runs == []
+    assert metrics.progress(rt, member("bob"), [run_id]).runs == []
 
 
 def test_a_long_series_is_downsampled_keeping_its_ends_and_extremes(rt: Runtime) -> None:
@@ -104,7 +104,7 @@ def test_a_long_series_is_downsampled_keeping_its_ends_and_extremes(rt: Runtime)
     values[1234] = 50.0  # a spike must survive
     steps = [MetricStep(step=s, values={"x": v}) for s, v in values.items()]
     metrics.ingest(rt, run_id, token_of(rt, run_id), IngestRequest(steps=steps))
-    (s,) = metrics.series(rt, "alice", run_id, max_points=200).series
+    (s,) = metrics.series(rt, member("alice"), run_id, max_points=200).series
     assert s.count == 5000 and s.downsampled and len(s.steps) <= 200
     assert (s.steps[0], s.steps[-1], s.last_step) == (0, 4999, 4999)
     assert max(s.values) == 50.0 and min(s.values) == min(values.values())

@@ -17,7 +17,7 @@ from starforge.server.db.models import Run
 from starforge.server.runtime import Runtime
 from starforge.server.services import actions, notify, reactions
 
-from .factories import report, running_run, submit
+from .factories import member, report, running_run, submit
 
 
 def outbox(rt: Runtime) -> list[tuple[str, str, str, dict]]:
@@ -51,7 +51,7 @@ def test_a_run_that_ends_owes_each_following_endpoint_one_payload(rt: Runtime) -
 def test_a_stopped_queued_run_is_a_terminal_status_too(rt: Runtime) -> None:
     endpoint = hook(rt, events=["stopped"])
     run_id = submit(rt, "alice", profiles=["h200:1"]).run_id
-    assert actions.stop(rt, "alice", run_id).accepted
+    assert actions.stop(rt, member("alice"), run_id).accepted
     assert [(e, r, ev) for e, r, ev, _ in outbox(rt)] == [(endpoint, run_id, "stopped")]
 
 

@@ -11,12 +11,12 @@ from starforge.server.db.models import Run
 from starforge.server.runtime import Runtime
 from starforge.server.services import actions, jobs, queue
 
-from .factories import schedule, submit
+from .factories import member, schedule, submit
 
 
 def places(rt: Runtime, runs: list[tuple[str, str]]) -> list[int | None]:
     """Each (user, run) as its owner sees it: its place in the queue."""
-    return [jobs.get(rt, user, run_id).queue_position for user, run_id in runs]
+    return [jobs.get(rt, member(user), run_id).queue_position for user, run_id in runs]
 
 
 def test_a_pass_that_finds_nothing_new_explains_the_queue_as_the_latest_one_did(
@@ -26,12 +26,12 @@ def test_a_pass_that_finds_nothing_new_explains_the_queue_as_the_latest_one_did(
     assert schedule(rt) == [holder]
     waiting = [(user, submit(rt, user, profiles=["h200:8"]).run_id) for user in ("alice", "bob")]
     assert schedule(rt) == []
-    before = [jobs.get(rt, user, run_id) for user, run_id in waiting]
+    before = [jobs.get(rt, member(user), run_id) for user, run_id in waiting]
     latest = rt.queue_pass
     assert queue.needs_pass(rt)  # the h100 node is free: every tick makes a pass
     assert schedule(rt) == []
     assert rt.queue_pass is not latest  # a pass was made, and it says the same
-    after = [jobs.get(rt, user, run_id) for user, run_id in waiting]
+    after = [jobs.get(rt, member(user), run_id) for user, run_id in waiting]
     assert [(v.queue_position, v.reason, v.pending) for v in after] == [
         (v.queue_position, v.reason, v.pending) for v in before
     ]
@@ -46,10 +46,10 @@ def test_a_run_stopped_between_two_passes_leaves_the_queue_and_the_runs_behind_i
     first, second, third = (("alice", submit(rt, profiles=["h200:8"]).run_id) for _ in range(3))
     assert schedule(rt) == []
     assert places(rt, [first, second, third]) == [1, 2, 3]
-    actions.stop(rt, "alice", second[1])
+    actions.stop(rt, member("alice"), second[1])
     assert schedule(rt) == []
     assert places(rt, [first, third]) == [1, 2]
-    assert jobs.get(rt, "alice", second[1]).status != JobStatus.QUEUED
+    assert jobs.get(rt, member("alice"), second[1]).status != JobStatus.QUEUED
 
 
 def test_a_queued_run_whose_row_changed_between_passes_is_planned_as_it_is_now(

@@ -78,6 +78,11 @@ def test_my_usage_lists_my_quota_my_active_runs_and_my_queued_runs(client: TestC
 def test_admins_set_quotas_in_part_and_others_are_forbidden(client: TestClient) -> None:
     resp = client.put("/admin/quotas/bob", json={"max_gpus": 8}, headers=BOB)
     assert resp.status_code == 403 and resp.json()["code"] == "auth.forbidden"
+    refused = resp.json()
+    assert refused["message"] == "only admins may change quotas; bob's role is member"
+    assert refused["hint"] == "`sf status` shows your own quota and usage"
+    listing = client.get("/admin/quotas", headers=BOB).json()["message"]
+    assert listing == "only admins may list quotas; bob's role is member"
     resp = client.put(
         "/admin/quotas/bob",
         json={"max_gpus": 8, "max_gpus_per_series": {"h200": 4}, "allowed_profiles": ["h200"]},

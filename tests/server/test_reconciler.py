@@ -26,7 +26,7 @@ from starforge.server.services.reconcile import (
     judge_node,
 )
 
-from .factories import FakeExecutor, report, run_row, running_run, submit
+from .factories import FakeExecutor, member, report, run_row, running_run, submit
 from .lifecycle_factories import beat, checkpoint, exit_record, runner_record
 
 S = JobStatus
@@ -312,7 +312,7 @@ def test_a_stop_whose_sigkill_died_with_the_old_server_is_forced(
     rt: Runtime, executor: KillingExecutor
 ) -> None:
     run_id = running_run(rt)
-    actions.stop(rt, "alice", run_id)
+    actions.stop(rt, member("alice"), run_id)
     with rt.transaction() as session:
         run = session.get(Run, run_id)
         assert run is not None

@@ -19,7 +19,7 @@ from starforge.server.db.models import Run
 from starforge.server.runtime import Runtime
 from starforge.server.services import blobs, datasets, jobs, reruns, sweeps, users
 
-from .factories import force, insert_run, package, run_row, spec, submit
+from .factories import force, insert_run, member, package, run_row, spec, submit
 from .test_sweeps import sft_request
 
 DATA = b'{"prompt": "a", "completion": "b"}\n'
@@ -58,7 +58,7 @@ def count_runs(rt: Runtime) -> int:
 
 def test_a_rerun_is_a_new_run_with_the_same_package_spec_and_config(rt: Runtime) -> None:
     old = sft_run(rt, learning_rate=1e-4, seed=7)
-    got = reruns.rerun(rt, "alice", old[:6], ask())
+    got = reruns.rerun(rt, member("alice"), old[:6], ask())
     assert got.created and got.run_id != old and got.rerun_of == old
     assert got.status == JobStatus.QUEUED and got.changes == [] and got.notes == []
     was, now = run_row(rt, old), run_row(rt, got.run_id)
@@ -66,13 +66,13 @@ def test_a_rerun_is_a_new_run_with_the_same_package_spec_and_config(rt: Runtime)
     assert got.package_files == len({f["sha256"] for f in was.manifest["files"]})
     assert now.config == was.config and now.pools == was.pools and now.max_retries == 3
     assert now.spec == was.spec  # commit, hyperparams, inputs, profile, method lock
-    view = jobs.get(rt, "alice", got.run_id)
-    assert view.rerun_of == old and jobs.get(rt, "alice", old).rerun_of == ""
+    view = jobs.get(rt, member("alice"), got.run_id)
+    assert view.rerun_of == old and jobs.get(rt, member("alice"), old).rerun_of == ""
 
 
 def test_an_override_changes_that_key_only_and_the_answer_names_it(rt: Runtime) -> None:
     old = sft_run(rt, learning_rate=1e-4, seed=7)
-    got = reruns.rerun(rt, "alice", old, ask("learning_rate=0.001", "seed=7"))
+    got = reruns.rerun(rt, member("alice"), old, ask("learning_rate=0.001", "seed=7"))
     assert [(c.key, c.old, c.new) for c in got.changes] == [("learning_rate", 1e-4, 1e-3)]
     was, now = run_row(rt, old), run_row(rt, got.run_id)
     assert now.spec["hyperparams"] == {**was.spec["hyperparams"], "learning_rate": 1e-3}
@@ -85,9 +85,9 @@ def test_an_override_changes_that_key_only_and_the_answer_names_it(rt: Runtime) 
 
 def test_a_profile_override_is_recorded_as_a_change(rt: Runtime) -> None:
     old = sft_run(rt)
-    got = reruns.rerun(rt, "alice", old, ask(profiles=["h100:1"]))
+    got = reruns.rerun(rt, member("alice"), old, ask(profiles=["h100:1"]))
     assert [(c.key, c.old, c.new) for c in got.changes] == [("profile", ["h200:1"], ["h100:1"])]
-    assert jobs.get(rt, "alice", got.run_id).profiles == ["h100:1"]
+    assert jobs.get(rt, member("alice"), got.run_id).profiles == ["h100:1"]
 
 
 def test_an_unknown_override_key_is_a_param_error_naming_it_and_creates_nothing(
@@ -96,25 +96,25 @@ def test_an_unknown_override_key_is_a_param_error_naming_it_and_creates_nothing(
     old = sft_run(rt)
     before = count_runs(rt)
     with pytest.raises(ParamError) as raised:
-        reruns.rerun(rt, "alice", old, ask("lerning_rate=0.1"))
+        reruns.rerun(rt, member("alice"), old, ask("lerning_rate=0.1"))
     assert "lerning_rate" in raised.value.message and "learning_rate" in str(raised.value.hint)
     with pytest.raises(ParamError, match="learning_rate"):
-        reruns.rerun(rt, "alice", old, ask("learning_rate=-1"))  # out of the declared range
+        reruns.rerun(rt, member("alice"), old, ask("learning_rate=-1"))  # out of the declared range
     assert count_runs(rt) == before
 
 
 def test_an_unknown_run_or_another_users_run_is_not_found(rt: Runtime) -> None:
     with pytest.raises(RunNotFound):
-        reruns.rerun(rt, "alice", "r-doesnotexist", ask())
+        reruns.rerun(rt, member("alice"), "r-doesnotexist", ask())
     bobs = sft_run(rt, "bob")
     with pytest.raises(RunNotFound):
-        reruns.rerun(rt, "alice", bobs, ask())
+        reruns.rerun(rt, member("alice"), bobs, ask())
 
 
 def test_the_same_request_resent_makes_one_run(rt: Runtime) -> None:
     old = sft_run(rt)
-    first = reruns.rerun(rt, "alice", old, ask("seed=3", key="resent-key-1"))
-    again = reruns.rerun(rt, "alice", old, ask("seed=3", key="resent-key-1"))
+    first = reruns.rerun(rt, member("alice"), old, ask("seed=3", key="resent-key-1"))
+    again = reruns.rerun(rt, member("alice"), old, ask("seed=3", key="resent-key-1"))
     assert first.created and not again.created and again.run_id == first.run_id
     assert again.changes == first.changes
 
@@ -143,8 +143,8 @@ def test_a_dataset_read_at_latest_is_pinned_to_the_version_the_run_read(rt: Runt
     )
     old = submit(rt, "alice", inputs=inputs).run_id
     push("v2", b'{"prompt": "v2"}\n')
-    got = reruns.rerun(rt, "alice", old, ask())
-    assert jobs.get(rt, "alice", got.run_id).datasets == {"train_data": "alice/prompts@v1"}
+    got = reruns.rerun(rt, member("alice"), old, ask())
+    assert jobs.get(rt, member("alice"), got.run_id).datasets == {"train_data": "alice/prompts@v1"}
     assert got.notes == [
         "train_data: alice/prompts pinned to alice/prompts@v1, the version the run read"
     ]
@@ -154,7 +154,7 @@ def test_a_dataset_read_at_latest_is_pinned_to_the_version_the_run_read(rt: Runt
 def test_a_sweep_variant_is_rerun_as_a_run_of_its_own(rt: Runtime) -> None:
     made = sweeps.submit(rt, "alice", sft_request(rt, [{"learning_rate": 3e-5}]))
     variant = made.runs[0].run_id
-    got = reruns.rerun(rt, "alice", variant, ask())
+    got = reruns.rerun(rt, member("alice"), variant, ask())
     now = run_row(rt, got.run_id)
     assert "sweep" not in now.spec and now.spec["hyperparams"]["learning_rate"] == 3e-5
     assert got.notes == [f"not a variant of sweep {made.sweep_id}: a rerun is a run of its own"]
@@ -163,5 +163,5 @@ def test_a_sweep_variant_is_rerun_as_a_run_of_its_own(rt: Runtime) -> None:
 def test_a_run_whose_record_is_not_a_submission_is_refused_with_what_to_do(rt: Runtime) -> None:
     insert_run(rt, "r-bare000001", status=JobStatus.FAILED)  # a row without a spec
     with pytest.raises(Rejected, match="cannot be rerun") as raised:
-        reruns.rerun(rt, "alice", "r-bare000001", ask())
+        reruns.rerun(rt, member("alice"), "r-bare000001", ask())
     assert "commit" in str(raised.value.hint)

@@ -13,10 +13,10 @@ from sqlalchemy import select
 from starforge.contract.states import JobStatus
 from starforge.server.db.models import Attempt, utcnow
 from starforge.server.runtime import Runtime
-from starforge.server.services import accounting, actions, jobs, users
+from starforge.server.services import accounting, actions, jobs
 from starforge.server.settings import Settings
 
-from .factories import report, run_row, running_run, schedule
+from .factories import member, report, run_row, running_run, schedule
 
 H200_PRICE = 3.0
 
@@ -38,10 +38,10 @@ def set_times(rt: Runtime, run_id: str, number: int, start: datetime, end: datet
 def paused_and_resumed(rt: Runtime, profile: str) -> str:
     """A run that ran, was paused, and runs again as attempt 2."""
     run_id = running_run(rt, user="alice", profiles=[profile])
-    assert actions.pause(rt, "alice", run_id).accepted
+    assert actions.pause(rt, member("alice"), run_id).accepted
     report(rt, run_id, "exited", exit_code=143)
     assert run_row(rt, run_id).status == JobStatus.PAUSED
-    assert actions.resume(rt, "alice", run_id).accepted
+    assert actions.resume(rt, member("alice"), run_id).accepted
     assert schedule(rt) == [run_id]
     report(rt, run_id, "starting", attempt=2)
     report(rt, run_id, "running", attempt=2)
@@ -58,7 +58,7 @@ def test_two_attempts_add_up_the_pause_between_them_costs_nothing_and_a_running_
     set_times(rt, run_id, 2, second, None)  # running for about an hour
 
     before = utcnow()
-    view = jobs.get(rt, "alice", run_id)
+    view = jobs.get(rt, member("alice"), run_id)
     after = utcnow()
 
     one, two = view.attempts
@@ -77,7 +77,7 @@ def test_a_series_without_a_price_shows_hours_only(rt: Runtime) -> None:
     run_id = running_run(rt, user="alice", profiles=["h100:4"])
     start = utcnow() - timedelta(hours=2)
     set_times(rt, run_id, 1, start, start + timedelta(minutes=30))
-    view = jobs.get(rt, "alice", run_id)
+    view = jobs.get(rt, member("alice"), run_id)
     assert view.gpu_hours == pytest.approx(2.0)
     assert (view.cost, view.currency) == (None, "")
     assert (view.attempts[0].cost, view.attempts[0].currency) == (None, "")
@@ -110,9 +110,6 @@ def test_the_price_is_none_without_prices_or_with_hours_of_an_unpriced_series() 
 
 
 def test_usage_by_run_lists_each_runs_hours_largest_first_with_its_cost(rt: Runtime) -> None:
-    with rt.transaction() as session:
-        users.make_admin(session, "alice")
-        admin = users.authenticate(session, "Bearer alice-token")
     small = running_run(rt, user="alice", profiles=["h200:2"])
     large = running_run(rt, user="bob", profiles=["h100:8"])
     for run_id in (small, large):
@@ -121,7 +118,7 @@ def test_usage_by_run_lists_each_runs_hours_largest_first_with_its_cost(rt: Runt
     set_times(rt, small, 1, day, day + timedelta(hours=3))  # 2 GPUs × 3 h, across midnight
     set_times(rt, large, 1, day, day + timedelta(hours=1))  # 8 GPUs × 1 h
 
-    found = accounting.report(rt, admin, by="run")
+    found = accounting.report(rt, by="run")
     assert [(r.run_id, r.user, r.experiment, r.gpu_hours, r.cost) for r in found.rows] == [
         (large, "bob", "exp", pytest.approx(8.0), None),
         (small, "alice", "exp", pytest.approx(6.0), pytest.approx(6.0 * H200_PRICE)),
@@ -129,6 +126,6 @@ def test_usage_by_run_lists_each_runs_hours_largest_first_with_its_cost(rt: Runt
     assert found.total_gpu_hours == pytest.approx(14.0)
     assert (found.total_cost, found.currency) == (None, "USD")  # h100 hours have no price
     # Each run's figure is the one its own view shows.
-    assert jobs.get(rt, "alice", small).gpu_hours == pytest.approx(6.0)
-    since = accounting.report(rt, admin, by="run", since=date(2026, 3, 2))
+    assert jobs.get(rt, member("alice"), small).gpu_hours == pytest.approx(6.0)
+    since = accounting.report(rt, by="run", since=date(2026, 3, 2))
     assert [(r.run_id, r.gpu_hours) for r in since.rows] == [(small, pytest.approx(2.0))]

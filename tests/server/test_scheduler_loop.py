@@ -14,7 +14,7 @@ from starforge.server.loops import scheduler as loop
 from starforge.server.runtime import Runtime
 from starforge.server.services import actions, jobs, queue
 
-from .factories import FakeExecutor, report, run_row, schedule, submit
+from .factories import FakeExecutor, member, report, run_row, schedule, submit
 
 
 def test_a_submission_wakes_the_scheduler_as_an_arrival_and_a_stop_as_urgent(
@@ -24,7 +24,7 @@ def test_a_submission_wakes_the_scheduler_as_an_arrival_and_a_stop_as_urgent(
     run_id = submit(rt).run_id
     assert rt.urgent_wakeups == urgent and rt.wakeups > 0
     schedule(rt)
-    actions.stop(rt, "alice", run_id)
+    actions.stop(rt, member("alice"), run_id)
     assert rt.urgent_wakeups == urgent + 1
 
 
@@ -85,11 +85,11 @@ def test_arrivals_to_a_full_cluster_are_explained_by_a_later_pass_not_one_each(
     arrivals = [submit(rt, profiles=["h200:8"]).run_id for _ in range(3)]
     assert loop.run_pass(rt, arrivals_may_wait=True) == 0
     assert rt.queue_pass is explained  # no replan of the queue per arrival
-    assert jobs.get(rt, "alice", arrivals[-1]).reason == "waiting for the scheduler"
+    assert jobs.get(rt, member("alice"), arrivals[-1]).reason == "waiting for the scheduler"
     monkeypatch.setattr(queue, "EXPLAIN_S", 0.0)  # the latest pass is now old enough
     loop.run_pass(rt, arrivals_may_wait=True)
     assert rt.queue_pass is not explained and set(arrivals) <= set(rt.queue_pass.decisions)
-    view = jobs.get(rt, "alice", arrivals[-1])
+    view = jobs.get(rt, member("alice"), arrivals[-1])
     assert view.pending is not None and view.reason != "waiting for the scheduler"
 
 

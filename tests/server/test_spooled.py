@@ -12,7 +12,7 @@ from starforge.contract.layout import RunLayout
 from starforge.contract.states import JobStatus
 from starforge.server.runtime import Runtime
 from starforge.server.services import actions, dispatch, metrics
-from tests.server.factories import binding, report, run_row, running_run, schedule
+from tests.server.factories import binding, member, report, run_row, running_run, schedule
 
 
 def steps(attempt: int, values: dict[int, float]) -> dict[str, object]:
@@ -23,7 +23,7 @@ def steps(attempt: int, values: dict[int, float]) -> dict[str, object]:
 
 
 def stored(rt: Runtime, run_id: str) -> dict[int, float]:
-    view = metrics.series(rt, "alice", run_id, max_points=100_000)
+    view = metrics.series(rt, member("alice"), run_id, max_points=100_000)
     return dict(zip(view.series[0].steps, view.series[0].values, strict=True))
 
 
@@ -35,7 +35,7 @@ def test_a_late_point_of_an_older_attempt_never_replaces_the_newer_attempts(rt: 
     run_id = running_run(rt)
     report(rt, run_id, "exited", exit_code=1)
     assert run_row(rt, run_id).status == JobStatus.FAILED
-    assert actions.retry(rt, "alice", run_id).accepted
+    assert actions.retry(rt, member("alice"), run_id).accepted
     assert run_id in schedule(rt)
     report(rt, run_id, "starting", attempt=2)
     report(rt, run_id, "running", attempt=2)
@@ -60,7 +60,7 @@ def test_a_late_point_of_an_older_attempt_never_replaces_the_newer_attempts(rt: 
         **dict.fromkeys(range(5, 10), 2.0),
         10: 3.0,
     }
-    assert metrics.meta(rt, "alice", run_id).hparams == {"lr": 0.1}
+    assert metrics.meta(rt, member("alice"), run_id).hparams == {"lr": 0.1}
     assert list(spool.folder.iterdir()) == []
 
 

@@ -21,7 +21,7 @@ from starforge.server.executors.slurm_compile import BatchJob, Component, compil
 from starforge.server.runtime import Runtime
 from starforge.server.services import actions, blobs, exports, jobs, pipelines
 
-from .factories import package, report, run_row, schedule, spec
+from .factories import member, package, report, run_row, schedule, spec
 from .lifecycle_factories import checkpoint
 
 SFT_FILES = {
@@ -77,12 +77,12 @@ def test_success_of_a_run_with_then_export_queues_its_export_step_on_a_cpu_node(
 ) -> None:
     root = submit_sft(rt, ["export"])
     succeed(rt, root)
-    view = jobs.get(rt, "alice", root)
+    view = jobs.get(rt, member("alice"), root)
     assert view.status is JobStatus.SUCCEEDED
     [step] = view.steps
     assert (step.action, step.position, step.status) == ("export", 0, JobStatus.QUEUED)
     assert f"next step: export ({step.run_id})" in view.reason
-    child = jobs.get(rt, "alice", step.run_id)
+    child = jobs.get(rt, member("alice"), step.run_id)
     assert child.step is not None and child.step.root_run_id == root
     assert child.gpus == 0 and child.pools[0].gpus_per_node == 0
     made = step_of(rt, step.run_id)
@@ -98,21 +98,21 @@ def test_the_export_step_is_placed_and_its_success_queues_eval_reading_the_expor
 ) -> None:
     root = submit_sft(rt, ["export", "eval"])
     succeed(rt, root)
-    export_id = jobs.get(rt, "alice", root).steps[0].run_id
+    export_id = jobs.get(rt, member("alice"), root).steps[0].run_id
     with rt.transaction() as session:
         assert pipelines.succeeded_step(session, root, "export") is None  # not yet
     succeed(rt, export_id)  # a 0-GPU pool is placed like any other
     with rt.transaction() as session:
         found = pipelines.succeeded_step(session, root, "export")
         assert found is not None and found.id == export_id
-    view = jobs.get(rt, "alice", root)
+    view = jobs.get(rt, member("alice"), root)
     assert [s.status for s in view.steps] == [JobStatus.SUCCEEDED, JobStatus.QUEUED]
     eval_id = view.steps[1].run_id
     made = step_of(rt, eval_id)
     assert (made.action, made.index, made.root_run_id) == ("eval", 1, root)
     assert made.source_run_id == export_id  # eval reads the exported model
     assert run_row(rt, eval_id).gpus == 1
-    assert jobs.get(rt, "alice", eval_id).step.root_run_id == root  # type: ignore[union-attr]
+    assert jobs.get(rt, member("alice"), eval_id).step.root_run_id == root  # type: ignore[union-attr]
 
 
 def test_a_step_is_created_once_and_a_racing_second_copy_fails_its_transaction(
@@ -124,7 +124,7 @@ def test_a_step_is_created_once_and_a_racing_second_copy_fails_its_transaction(
         run = session.get(Run, root)
         assert run is not None
         assert statemachine.start_next_step(session, run) is None  # it exists already
-    [made] = jobs.get(rt, "alice", root).steps
+    [made] = jobs.get(rt, member("alice"), root).steps
     with pytest.raises(IntegrityError), rt.transaction() as session:  # what a race would insert
         session.add(RunStep(run_id=made.run_id + "x", root_run_id=root, position=0, action="x"))
     with rt.transaction() as session:
@@ -137,14 +137,14 @@ def test_a_run_without_steps_creates_nothing_when_it_succeeds(rt: Runtime) -> No
     root = submit_sft(rt, [])
     succeed(rt, root)
     assert run_count(rt) == 1
-    assert jobs.get(rt, "alice", root).steps == []
+    assert jobs.get(rt, member("alice"), root).steps == []
 
 
 def test_listing_without_steps_hides_step_runs_and_with_steps_shows_them(rt: Runtime) -> None:
     root = submit_sft(rt, ["export"])
     succeed(rt, root)
-    hidden = jobs.list_runs(rt, "alice", hide_steps=True)
-    shown = jobs.list_runs(rt, "alice")
+    hidden = jobs.list_runs(rt, member("alice"), hide_steps=True)
+    shown = jobs.list_runs(rt, member("alice"))
     assert [r.run_id for r in hidden] == [root]
     assert len(shown) == 2
     assert hidden[0].steps[0].status is JobStatus.QUEUED
@@ -155,14 +155,14 @@ def test_a_failed_export_shows_the_pipeline_short_and_retry_reruns_only_the_expo
 ) -> None:
     root = submit_sft(rt, ["export", "eval"])
     succeed(rt, root)
-    export_id = jobs.get(rt, "alice", root).steps[0].run_id
+    export_id = jobs.get(rt, member("alice"), root).steps[0].run_id
     assert export_id in schedule(rt)
     report(rt, export_id, "starting")
     report(rt, export_id, "exited", exit_code=2)
-    view = jobs.get(rt, "alice", root)
+    view = jobs.get(rt, member("alice"), root)
     statuses = [s.status.value if s.status else None for s in view.steps]
     assert progress(view.status.value, statuses) == "0/2!"
-    answer = actions.retry(rt, "alice", export_id)
+    answer = actions.retry(rt, member("alice"), export_id)
     assert answer.accepted, answer.message
     assert run_row(rt, export_id).status == JobStatus.QUEUED
     assert run_row(rt, root).status == JobStatus.SUCCEEDED  # training is not run again
@@ -213,13 +213,13 @@ def test_sf_export_queues_an_export_run_of_the_chosen_checkpoint_once_per_key(
     succeed(rt, root)
     checkpoint(rt, root, "checkpoint-4", hf=True)
     req = ExportRequest(checkpoint_step=4, idempotency_key=uuid.uuid4().hex)
-    made = exports.export(rt, "alice", root, req)
-    again = exports.export(rt, "alice", root, req)
+    made = exports.export(rt, member("alice"), root, req)
+    again = exports.export(rt, member("alice"), root, req)
     assert (made.created, again.created, again.run_id) == (True, False, made.run_id)
     step = step_of(rt, made.run_id)
     assert (step.action, step.source_run_id, step.checkpoint_step) == ("export", root, 4)
     assert run_row(rt, made.run_id).status == JobStatus.QUEUED
-    assert jobs.get(rt, "alice", root).steps == []  # not one of the run's --then steps
+    assert jobs.get(rt, member("alice"), root).steps == []  # not one of the run's --then steps
 
 
 @pytest.mark.parametrize(
@@ -235,7 +235,7 @@ def test_sf_export_refuses_a_checkpoint_the_run_does_not_have(
         checkpoint(rt, root, "checkpoint-4", hf=True)
     req = ExportRequest(checkpoint_step=step, idempotency_key=uuid.uuid4().hex)
     with pytest.raises(Rejected) as caught:
-        exports.export(rt, "alice", root, req)
+        exports.export(rt, member("alice"), root, req)
     assert says in caught.value.message
     assert caught.value.exit_code == 2
     assert run_count(rt) == 1
@@ -245,7 +245,7 @@ def test_sf_export_of_another_users_run_is_as_if_it_did_not_exist(rt: Runtime) -
     root = submit_sft(rt, [])
     req = ExportRequest(idempotency_key=uuid.uuid4().hex)
     with pytest.raises(RunNotFound):
-        exports.export(rt, "bob", root, req)
+        exports.export(rt, member("bob"), root, req)
 
 
 def test_the_export_step_records_each_metrics_final_value_leaving_out_infinite_ones(
@@ -260,7 +260,7 @@ def test_the_export_step_records_each_metrics_final_value_leaving_out_infinite_o
             session.add(MetricPoint(run_id=root, key="loss", step=step, value=loss, at=0.0))
             session.add(MetricPoint(run_id=root, key="acc", step=step, value=acc, at=0.0))
     report(rt, root, "exited", exit_code=0)
-    [step] = jobs.get(rt, "alice", root).steps
+    [step] = jobs.get(rt, member("alice"), root).steps
     assert step_of(rt, step.run_id).metrics == {"loss": 1.25}
 
 

@@ -29,6 +29,7 @@ from .factories import (
     TOKENS,
     FakeExecutor,
     force,
+    member,
     report,
     run_row,
     running_run,
@@ -140,7 +141,7 @@ def test_a_follower_sends_lines_as_they_come_and_ends_with_the_run(rt: Runtime) 
     path.write_bytes(b"")
 
     async def scenario() -> list[Any]:
-        follower = logs.Follower(rt, "alice", run_id, 1, 0)
+        follower = logs.Follower(rt, member("alice"), run_id, 1, 0)
         gen = follower.events()
         seen = [await anext(gen)]  # the status
         path.write_bytes(b"a\npart")
@@ -160,7 +161,7 @@ def test_a_follower_sends_lines_as_they_come_and_ends_with_the_run(rt: Runtime) 
     texts = [e.payload.text for e in seen if isinstance(e.payload, StreamLog)]
     assert texts[:2] == ["a\n", "partial\n"]  # whole lines only while the run goes on
     assert "".join(texts) == "a\npartial\nlast without newline"
-    assert jobs.get(rt, "alice", run_id).status == JobStatus.SUCCEEDED
+    assert jobs.get(rt, member("alice"), run_id).status == JobStatus.SUCCEEDED
 
 
 def test_a_queued_run_is_followed_until_it_starts(rt: Runtime) -> None:
@@ -168,9 +169,9 @@ def test_a_queued_run_is_followed_until_it_starts(rt: Runtime) -> None:
     assert run_row(rt, waiting).status == JobStatus.QUEUED
 
     async def scenario() -> list[Any]:
-        gen = logs.Follower(rt, "alice", waiting, 1, 0).events()
+        gen = logs.Follower(rt, member("alice"), waiting, 1, 0).events()
         first = await anext(gen)
-        await asyncio.to_thread(actions.stop, rt, "alice", waiting)
+        await asyncio.to_thread(actions.stop, rt, member("alice"), waiting)
         return [first, *[e async for e in gen]]
 
     seen = asyncio.run(scenario())
@@ -217,7 +218,7 @@ def test_the_follower_cuts_a_long_line_only_between_characters_whatever_the_even
     run_id = finished_run(rt, content)
 
     async def follow(size: int) -> list[logs.StreamEvent]:
-        follower = logs.Follower(rt, "alice", run_id, 1, 0, max_event_bytes=size)
+        follower = logs.Follower(rt, member("alice"), run_id, 1, 0, max_event_bytes=size)
         return [e async for e in follower.events()]
 
     for size in range(1, 12):
@@ -264,7 +265,7 @@ def follow_from(
 
     async def follow() -> list[logs.StreamEvent]:
         follower = logs.Follower(
-            rt, "alice", run_id, start.attempt, start.offsets, max_event_bytes=size
+            rt, member("alice"), run_id, start.attempt, start.offsets, max_event_bytes=size
         )
         return [e async for e in follower.events()]
 
@@ -338,7 +339,7 @@ def test_a_live_two_node_stream_sends_each_nodes_lines_as_they_come_labelled(
     second = first.parent / "attempt-1.node-1.log"
 
     async def scenario() -> list[logs.StreamEvent]:
-        gen = logs.Follower(rt, "alice", run_id, 1, 0).events()
+        gen = logs.Follower(rt, member("alice"), run_id, 1, 0).events()
         seen = [await anext(gen)]  # the status
         second.write_bytes(b"rank 1 up\nhalf")
         seen.append(await asyncio.wait_for(anext(gen), 30))

@@ -19,6 +19,7 @@ from starforge.server.services import actions, jobs, lifecycle, metrics, sweeps
 from .factories import (
     FakeExecutor,
     binding,
+    member,
     package,
     report,
     run_row,
@@ -80,8 +81,8 @@ def test_a_sweep_with_one_bad_variant_creates_nothing(rt: Runtime) -> None:
 def test_another_users_sweep_is_not_found(rt: Runtime) -> None:
     created = sweeps.submit(rt, "alice", sft_request(rt, GRID[:2]))
     with pytest.raises(NotFound):
-        sweeps.get(rt, "bob", created.sweep_id)
-    assert len(sweeps.runs(rt, "alice", created.sweep_id[:6])) == 2
+        sweeps.get(rt, member("bob"), created.sweep_id)
+    assert len(sweeps.runs(rt, member("alice"), created.sweep_id[:6])) == 2
 
 
 def log_metric(rt: Runtime, run_id: str, points: dict[int, float], key: str = "loss") -> None:
@@ -146,12 +147,12 @@ def test_asha_stops_the_worst_half_at_the_first_rung_and_status_ranks_them(
     assert run_row(rt, ids[5]).reason.startswith("early-stopped by sweep")  # not "by user"
     assert run_row(rt, ids[5]).end_reason == EndReason.EARLY_STOPPED
 
-    view = sweeps.get(rt, "alice", created.sweep_id)
+    view = sweeps.get(rt, member("alice"), created.sweep_id)
     assert [v.run_id for v in view.variants] == [ids[0], ids[3], ids[1], ids[4], ids[2], ids[5]]
     assert [v.rank for v in view.variants] == [1, 2, 3, 4, 5, 6]
     assert view.variants[0].params == GRID[0] and view.variants[0].metric == 0.5
 
-    results = sweeps.stop(rt, "alice", created.sweep_id)
+    results = sweeps.stop(rt, member("alice"), created.sweep_id)
     assert [r.status for r in results].count(JobStatus.STOPPING) == 2  # variants 0 and 3
     assert [r.status for r in results].count(JobStatus.STOPPED) == 1  # the queued one
 
@@ -205,7 +206,7 @@ def test_a_variant_its_user_paused_is_never_resumed_by_the_sweep(
     start(rt, ids)
     for run_id, loss in zip(ids[:3], [0.1, 0.2, 0.3], strict=True):
         log_metric(rt, run_id, {5: loss})
-    assert actions.pause(rt, "alice", ids[0]).accepted  # the best one, sure to be promoted
+    assert actions.pause(rt, member("alice"), ids[0]).accepted  # the best one, sure to be promoted
     report(rt, ids[0], "exited", exit_code=143)
     sweeps.early_stop_pass(rt)
     assert run_row(rt, ids[2]).status == JobStatus.STOPPING  # two better: out
@@ -230,16 +231,16 @@ def test_a_ruled_out_variant_ends_early_stopped_naming_sweep_rung_and_metric(
     out = run_row(rt, ids[2])
     assert out.status == JobStatus.STOPPING and out.end_reason == EndReason.EARLY_STOPPED
     report(rt, ids[2], "exited", exit_code=143)  # its runner saw SIGTERM and exited
-    shown = jobs.get(rt, "alice", ids[2])
+    shown = jobs.get(rt, member("alice"), ids[2])
     assert shown.status is JobStatus.STOPPED and shown.end_reason is EndReason.EARLY_STOPPED
     assert shown.reason.startswith(
         f"early-stopped by sweep {created.sweep_id} at rung 5: loss=2.31 not in top 1/2"
     )
     assert shown.attempts[-1].end_reason is EndReason.EARLY_STOPPED
 
-    assert actions.stop(rt, "alice", ids[0]).accepted  # its user's stop stays a user's
+    assert actions.stop(rt, member("alice"), ids[0]).accepted  # its user's stop stays a user's
     report(rt, ids[0], "exited", exit_code=143)
-    mine = jobs.get(rt, "alice", ids[0])
+    mine = jobs.get(rt, member("alice"), ids[0])
     assert (mine.status, mine.end_reason, mine.reason) == (
         JobStatus.STOPPED, EndReason.STOPPED_BY_USER, "stopped by user",
     )  # fmt: skip

@@ -10,7 +10,10 @@ ship unguarded) and checks the answer of every cell.
 What a rule means:
 
 - ``who``: ``anyone`` (no token), ``runner`` (the job's run token, checked by the service) or
-  ``user`` (a user's bearer token, with at least ``role``; below it: 403).
+  ``user`` (a user's bearer token, with at least ``role``; below it: 403, whose message names the
+  rule's ``action`` and the role it needs). Each admin route has a rule of its own
+  (:data:`ADMIN_RULES`), so its refusal says what was refused; the services behind it check no
+  role again.
 - ``on``: ``nothing`` (the lab as a whole), ``self`` (the caller's own things: tokens, usage) or
   ``run`` (the run named in the path, or each run a ``run`` query parameter names): a viewer or
   member reaches only their own runs, and another user's run answers 404 as if it did not exist;
@@ -20,6 +23,7 @@ What a rule means:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -53,6 +57,12 @@ class Rule:
     who: Who
     role: Role | None = None
     on: On = On.NOTHING
+    hint: str = ""  # what a refused caller can do instead (default: ask for another role)
+
+    @property
+    def words(self) -> str:
+        """The action as a message says it: "act-on-run" as "act on run", a phrase as it is."""
+        return self.action if " " in self.action else self.action.replace("-", " ")
 
     def __str__(self) -> str:
         if self.who is not Who.USER:
@@ -68,7 +78,40 @@ READ_RUN = Rule("read-run", Who.USER, Role.VIEWER, On.RUN)
 MANAGE_SELF = Rule("manage-own", Who.USER, Role.VIEWER, On.SELF)
 SUBMIT = Rule("submit", Who.USER, Role.MEMBER)
 ACT_ON_RUN = Rule("act-on-run", Who.USER, Role.MEMBER, On.RUN)
-ADMINISTER = Rule("administer", Who.USER, Role.ADMIN)
+
+_OWN_QUOTA = "`sf status` shows your own quota and usage"
+
+
+def _admin(action: str, hint: str = "") -> Rule:
+    return Rule(action, Who.USER, Role.ADMIN, hint=hint)
+
+
+LIST_USERS = _admin("list users")
+ADD_USER = _admin("add users")
+SET_ROLE = _admin("change a user's role")
+SET_UNIX_USER = _admin("set a user's Unix account")
+DISABLE_USER = _admin("disable or enable users")
+LIST_QUOTAS = _admin("list quotas", _OWN_QUOTA)
+READ_QUOTA = _admin("read another user's quota", _OWN_QUOTA)
+SET_QUOTA = _admin("change quotas", _OWN_QUOTA)
+USAGE_REPORT = _admin("read the lab's GPU-hour report", "`sf status` shows your own GPU-hours")
+SET_DAILY_QUOTA = _admin("set daily GPU-hour quotas", "`sf status` shows your own GPU-hours")
+MAINTENANCE_STATUS = _admin("read the maintenance status")
+DRAIN = _admin("drain the cluster for maintenance")
+END_MAINTENANCE = _admin("end a maintenance drain")
+ROTATE_SECRETS_KEY = _admin("rotate the secrets key")
+IMAGE_SETTINGS = _admin("read the image settings")
+SET_IMAGE_DEFAULT = _admin("set a framework's default image")
+SET_REGISTRY = _admin("change the registry allowlist")
+LIST_REGISTRY_LOGINS = _admin("list registry logins")
+SET_REGISTRY_LOGIN = _admin("store a registry login")
+REMOVE_REGISTRY_LOGIN = _admin("remove a registry login")
+ADMIN_RULES = (
+    LIST_USERS, ADD_USER, SET_ROLE, SET_UNIX_USER, DISABLE_USER, LIST_QUOTAS, READ_QUOTA,
+    SET_QUOTA, USAGE_REPORT, SET_DAILY_QUOTA, MAINTENANCE_STATUS, DRAIN, END_MAINTENANCE,
+    ROTATE_SECRETS_KEY, IMAGE_SETTINGS, SET_IMAGE_DEFAULT, SET_REGISTRY, LIST_REGISTRY_LOGINS,
+    SET_REGISTRY_LOGIN, REMOVE_REGISTRY_LOGIN,
+)  # fmt: skip
 
 # What a console link's token may do: read (runs, logs, curves, the caller's own usage).
 CONSOLE_RULES = frozenset({READ, READ_SELF, READ_RUN})
@@ -86,17 +129,15 @@ def permit(rule: Rule, caller: users.Caller) -> users.Caller:
     need = rule.role or Role.VIEWER
     if caller.console_only and rule not in CONSOLE_RULES:
         raise Forbidden(
-            f"a console link's token only reads; {rule.action.replace('-', ' ')} needs one "
-            "of your API tokens",
+            f"a console link's token only reads; {rule.words} needs one of your API tokens",
             hint="use the CLI (`sf job stop|pause|…`), which signs in with your own token",
             details={"scope": users.CONSOLE_SCOPE, "action": rule.action},
         )
     if not caller.role.at_least(need):
         raise Forbidden(
-            f"only {_WHAT[need]} may {rule.action.replace('-', ' ')}; "
-            f"{caller}'s role is {caller.role.value}",
-            hint="ask an admin for another role (`sf admin user set-role`)",
-            details={"role": caller.role.value, "needs": need.value},
+            f"only {_WHAT[need]} may {rule.words}; {caller.name}'s role is {caller.role.value}",
+            hint=rule.hint or "ask an admin for another role (`sf admin user set-role`)",
+            details={"action": rule.action, "role": caller.role.value, "needs": need.value},
         )
     return caller
 
@@ -155,7 +196,7 @@ def authorize(rule: Rule) -> Any:
     if rule not in _DEPENDENCIES:
         call: Callable[..., Any] = _user_dependency(rule) if rule.who is Who.USER else _no_user()
         call.authz_rule = rule  # type: ignore[attr-defined]
-        call.__name__ = f"authorize_{rule.action.replace('-', '_')}"
+        call.__name__ = "authorize_" + re.sub(r"\W+", "_", rule.action)
         _DEPENDENCIES[rule] = Depends(call)
     return _DEPENDENCIES[rule]
 
@@ -178,4 +219,24 @@ ReadRun = Annotated[users.Caller, authorize(READ_RUN)]
 ManageSelf = Annotated[users.Caller, authorize(MANAGE_SELF)]
 Submitter = Annotated[users.Caller, authorize(SUBMIT)]
 ActOnRun = Annotated[users.Caller, authorize(ACT_ON_RUN)]
-Admin = Annotated[users.Caller, authorize(ADMINISTER)]
+# Admins, one alias per admin action (see ADMIN_RULES).
+ListsUsers = Annotated[users.Caller, authorize(LIST_USERS)]
+AddsUser = Annotated[users.Caller, authorize(ADD_USER)]
+SetsRole = Annotated[users.Caller, authorize(SET_ROLE)]
+SetsUnixUser = Annotated[users.Caller, authorize(SET_UNIX_USER)]
+DisablesUser = Annotated[users.Caller, authorize(DISABLE_USER)]
+ListsQuotas = Annotated[users.Caller, authorize(LIST_QUOTAS)]
+ReadsQuota = Annotated[users.Caller, authorize(READ_QUOTA)]
+SetsQuota = Annotated[users.Caller, authorize(SET_QUOTA)]
+ReadsUsageReport = Annotated[users.Caller, authorize(USAGE_REPORT)]
+SetsDailyQuota = Annotated[users.Caller, authorize(SET_DAILY_QUOTA)]
+ReadsMaintenance = Annotated[users.Caller, authorize(MAINTENANCE_STATUS)]
+Drains = Annotated[users.Caller, authorize(DRAIN)]
+EndsMaintenance = Annotated[users.Caller, authorize(END_MAINTENANCE)]
+RotatesSecretsKey = Annotated[users.Caller, authorize(ROTATE_SECRETS_KEY)]
+ReadsImageSettings = Annotated[users.Caller, authorize(IMAGE_SETTINGS)]
+SetsImageDefault = Annotated[users.Caller, authorize(SET_IMAGE_DEFAULT)]
+SetsRegistry = Annotated[users.Caller, authorize(SET_REGISTRY)]
+ListsRegistryLogins = Annotated[users.Caller, authorize(LIST_REGISTRY_LOGINS)]
+SetsRegistryLogin = Annotated[users.Caller, authorize(SET_REGISTRY_LOGIN)]
+RemovesRegistryLogin = Annotated[users.Caller, authorize(REMOVE_REGISTRY_LOGIN)]

@@ -32,16 +32,16 @@ def missing(
     rt: RuntimeDep,
     user: Submitter,
 ) -> MissingBlobsResponse:
-    return MissingBlobsResponse(missing=blobs.missing(rt, user, body.digests))
+    return MissingBlobsResponse(missing=blobs.missing(rt, user.name, body.digests))
 
 
 @router.post("/blobs/batch", status_code=201)
 async def put_batch(request: Request, rt: RuntimeDep, user: Submitter) -> JSONResponse:
-    count, size = await blobs.upload_batch(rt, user, request.stream())
+    count, size = await blobs.upload_batch(rt, user.name, request.stream())
     return JSONResponse({"blobs": count, "size": size}, status_code=201)
 
 
 @router.put("/blobs/{sha256}", status_code=201)
 async def put_blob(sha256: str, request: Request, rt: RuntimeDep, user: Submitter) -> JSONResponse:
-    size = await blobs.upload(rt, user, sha256, request.stream())
+    size = await blobs.upload(rt, user.name, sha256, request.stream())
     return JSONResponse({"sha256": sha256, "size": size}, status_code=201)

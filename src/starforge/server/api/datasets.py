@@ -26,24 +26,24 @@ router = APIRouter()
 def push(
     body: Annotated[DatasetPush, json_body(DatasetPush)], rt: RuntimeDep, user: Submitter
 ) -> JSONResponse:
-    result = datasets.push(rt, user, body)
+    result = datasets.push(rt, user.name, body)
     return JSONResponse(result.model_dump(mode="json"), status_code=201 if result.created else 200)
 
 
 @router.get("/datasets", response_model=DatasetList)
 def list_datasets(rt: RuntimeDep, user: Reader, ref: str | None = None) -> DatasetList:
-    return datasets.list_versions(rt, user, ref)
+    return datasets.list_versions(rt, user.name, ref)
 
 
 @router.get("/datasets/{owner}/{dataset}/{version}", response_model=DatasetVersionView)
 def show(
     owner: str, dataset: str, version: str, rt: RuntimeDep, user: Reader
 ) -> DatasetVersionView:
-    return datasets.show(rt, user, f"{owner}/{dataset}@{version}")
+    return datasets.show(rt, user.name, f"{owner}/{dataset}@{version}")
 
 
 @router.put("/datasets/{owner}/{dataset}/visibility", response_model=DatasetList)
 def visibility(
     owner: str, dataset: str, body: VisibilityUpdate, rt: RuntimeDep, user: Submitter
 ) -> DatasetList:
-    return datasets.set_visibility(rt, user, owner, dataset, body.public)
+    return datasets.set_visibility(rt, user.name, owner, dataset, body.public)

@@ -26,12 +26,14 @@ async def get_runtime(request: Request) -> Runtime:
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 
 
-def current_user(rt: RuntimeDep, authorization: Annotated[str | None, Header()] = None) -> str:
+def current_user(
+    rt: RuntimeDep, authorization: Annotated[str | None, Header()] = None
+) -> users.Caller:
     """The calling user, with no rule: routes declare theirs with ``authz.authorize``."""
     return users.authenticate_request(rt, authorization)
 
 
-UserDep = Annotated[str, Depends(current_user)]
+UserDep = Annotated[users.Caller, Depends(current_user)]
 
 
 MAX_CLIENT_HEADER = 64  # "0.12.3rc1+local.build"; far more than any version needs

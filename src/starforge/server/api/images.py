@@ -18,7 +18,15 @@ from starforge.contract.registries import (
     RunRegistryAuth,
     RunRegistryAuthRequest,
 )
-from starforge.server.api.authz import Admin, runner
+from starforge.server.api.authz import (
+    ListsRegistryLogins,
+    ReadsImageSettings,
+    RemovesRegistryLogin,
+    SetsImageDefault,
+    SetsRegistry,
+    SetsRegistryLogin,
+    runner,
+)
 from starforge.server.api.deps import RuntimeDep
 from starforge.server.services import images, registries
 from starforge.server.services import lifecycle as run_lifecycle
@@ -27,26 +35,26 @@ router = APIRouter()
 
 
 @router.get("/admin/images", response_model=ImageAdmin)
-def image_settings(rt: RuntimeDep, _: Admin) -> ImageAdmin:
+def image_settings(rt: RuntimeDep, _: ReadsImageSettings) -> ImageAdmin:
     with rt.transaction() as session:
         return images.admin_view(session, rt.settings)
 
 
 @router.put("/admin/images/defaults/{framework}", response_model=ImageAdmin)
 def set_image_default(
-    framework: str, body: ImageDefaultUpdate, rt: RuntimeDep, user: Admin
+    framework: str, body: ImageDefaultUpdate, rt: RuntimeDep, user: SetsImageDefault
 ) -> ImageAdmin:
     with rt.transaction() as session:
-        images.set_default(session, framework, body.ref, str(user))
+        images.set_default(session, framework, body.ref, user.name)
     with rt.transaction() as session:
         return images.admin_view(session, rt.settings)
 
 
 @router.put("/admin/registries", response_model=ImageAdmin)
-def update_registry(body: RegistryUpdate, rt: RuntimeDep, user: Admin) -> ImageAdmin:
+def update_registry(body: RegistryUpdate, rt: RuntimeDep, user: SetsRegistry) -> ImageAdmin:
     with rt.transaction() as session:
         if body.allowed:
-            images.allow(session, body.entry, str(user))
+            images.allow(session, body.entry, user.name)
         else:
             images.deny(session, rt.settings, body.entry)
     with rt.transaction() as session:
@@ -54,21 +62,21 @@ def update_registry(body: RegistryUpdate, rt: RuntimeDep, user: Admin) -> ImageA
 
 
 @router.get("/admin/registry-logins", response_model=RegistryLoginList)
-def registry_logins(rt: RuntimeDep, _: Admin) -> RegistryLoginList:
+def registry_logins(rt: RuntimeDep, _: ListsRegistryLogins) -> RegistryLoginList:
     with rt.transaction() as session:
         return registries.listing(session)
 
 
 @router.put("/admin/registry-logins/{host}", response_model=RegistryLoginInfo)
 def registry_login(
-    host: str, body: RegistryLoginSet, rt: RuntimeDep, user: Admin
+    host: str, body: RegistryLoginSet, rt: RuntimeDep, user: SetsRegistryLogin
 ) -> RegistryLoginInfo:
     with rt.transaction() as session:
-        return registries.put(rt, session, str(user), host, body)
+        return registries.put(rt, session, user.name, host, body)
 
 
 @router.delete("/admin/registry-logins/{host}", response_model=RegistryLogout)
-def registry_logout(host: str, rt: RuntimeDep, _: Admin) -> RegistryLogout:
+def registry_logout(host: str, rt: RuntimeDep, _: RemovesRegistryLogin) -> RegistryLogout:
     with rt.transaction() as session:
         return registries.remove(session, host)
 

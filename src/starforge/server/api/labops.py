@@ -20,7 +20,19 @@ from starforge.contract.labops import (
     MyGpuHours,
     UsageReport,
 )
-from starforge.server.api.authz import Admin, ManageSelf, On, ReadSelf, Rule, Who, authorize
+from starforge.server.api.authz import (
+    Drains,
+    EndsMaintenance,
+    ManageSelf,
+    On,
+    ReadSelf,
+    ReadsMaintenance,
+    ReadsUsageReport,
+    Rule,
+    SetsDailyQuota,
+    Who,
+    authorize,
+)
 from starforge.server.api.deps import RuntimeDep
 from starforge.server.services import accounting, maintenance, notify
 from starforge.server.services.users import Caller
@@ -35,53 +47,55 @@ WebhookAdder = Annotated[Caller, authorize(ADD_WEBHOOK)]
 
 @router.get("/usage/gpu-hours", response_model=MyGpuHours)
 def my_gpu_hours(rt: RuntimeDep, user: ReadSelf) -> MyGpuHours:
-    return accounting.mine(rt, user)
+    return accounting.mine(rt, user.name)
 
 
 @router.get("/admin/usage", response_model=UsageReport)
 def usage_report(
-    rt: RuntimeDep, user: Admin, by: str = "day", since: date | None = None
+    rt: RuntimeDep, _: ReadsUsageReport, by: str = "day", since: date | None = None
 ) -> UsageReport:
-    return accounting.report(rt, user, by, since)
+    return accounting.report(rt, by, since)
 
 
 @router.put("/admin/usage/quotas/{name}", response_model=MyGpuHours)
-def set_daily_quota(name: str, body: DailyQuotaUpdate, rt: RuntimeDep, user: Admin) -> MyGpuHours:
-    return accounting.set_daily_quota(rt, user, name, body.gpu_hours)
+def set_daily_quota(
+    name: str, body: DailyQuotaUpdate, rt: RuntimeDep, user: SetsDailyQuota
+) -> MyGpuHours:
+    return accounting.set_daily_quota(rt, user.name, name, body.gpu_hours)
 
 
 @router.get("/admin/maintenance", response_model=MaintenanceStatus)
-def maintenance_status(rt: RuntimeDep, user: Admin) -> MaintenanceStatus:
-    return maintenance.status(rt, user)
+def maintenance_status(rt: RuntimeDep, _: ReadsMaintenance) -> MaintenanceStatus:
+    return maintenance.status(rt)
 
 
 @router.post("/admin/maintenance/drain", response_model=MaintenanceStatus)
-def drain(body: DrainRequest, rt: RuntimeDep, user: Admin) -> MaintenanceStatus:
+def drain(body: DrainRequest, rt: RuntimeDep, user: Drains) -> MaintenanceStatus:
     return maintenance.drain(rt, user, body.note)
 
 
 @router.post("/admin/maintenance/resume", response_model=MaintenanceStatus)
-def resume(rt: RuntimeDep, user: Admin) -> MaintenanceStatus:
+def resume(rt: RuntimeDep, user: EndsMaintenance) -> MaintenanceStatus:
     return maintenance.resume(rt, user)
 
 
 @router.get("/notify/endpoints", response_model=EndpointList)
 def list_endpoints(rt: RuntimeDep, user: ManageSelf) -> EndpointList:
-    return notify.list_mine(rt, user)
+    return notify.list_mine(rt, user.name)
 
 
 @router.post("/notify/endpoints", response_model=EndpointCreated)
 def add_endpoint(body: EndpointCreate, rt: RuntimeDep, user: WebhookAdder) -> EndpointCreated:
-    return notify.add(rt, user, body)
+    return notify.add(rt, user.name, body)
 
 
 @router.delete("/notify/endpoints/{ref}", response_model=EndpointRemoved)
 def remove_endpoint(ref: str, rt: RuntimeDep, user: ManageSelf) -> EndpointRemoved:
-    return notify.remove(rt, user, ref)
+    return notify.remove(rt, user.name, ref)
 
 
 @router.get("/notify/deliveries", response_model=DeliveryLog)
 def deliveries(
     rt: RuntimeDep, user: ManageSelf, endpoint: str | None = None, limit: int = 100
 ) -> DeliveryLog:
-    return notify.delivery_log(rt, user, endpoint, limit)
+    return notify.delivery_log(rt, user.name, endpoint, limit)

@@ -53,7 +53,7 @@ def _registries(rt: RuntimeDep) -> str:
 
 @router.get("/whoami", response_model=WhoAmI)
 def whoami(user: ReadSelf) -> WhoAmI:
-    return WhoAmI(user=user, role=user.role.value)
+    return WhoAmI(user=user.name, role=user.role.value)
 
 
 @router.get("/profiles", response_model=ProfilesResponse)

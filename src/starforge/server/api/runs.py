@@ -26,6 +26,7 @@ from starforge.server.services import actions, jobs, logs, reruns
 
 if TYPE_CHECKING:
     from starforge.server.runtime import Runtime
+    from starforge.server.services.users import Caller
 
 router = APIRouter()
 
@@ -38,7 +39,7 @@ def submit(
 ) -> Response:
     """201 with the new run, or 200 with the run an earlier request with the key made (the
     caller was authenticated by the gate before the body was read)."""
-    result = jobs.submit(rt, user, body)
+    result = jobs.submit(rt, user.name, body)
     # Encoded here, once: given a model, FastAPI would validate it against response_model
     # again and encode it in two steps, on the event loop.
     return Response(
@@ -69,7 +70,7 @@ def get_run(ref: str, rt: RuntimeDep, user: ReadRun) -> RunView:
     return jobs.get(rt, user, ref)
 
 
-def _action_route(name: str, act: Callable[[Runtime, str, str], ActionResult]) -> None:
+def _action_route(name: str, act: Callable[[Runtime, Caller, str], ActionResult]) -> None:
     """``POST /runs/{ref}/NAME``: one user action on a run, answered accepted or with why not."""
 
     def route(ref: str, rt: RuntimeDep, user: ActOnRun) -> ActionResult:

@@ -18,7 +18,7 @@ from starforge.contract.secrets import (
     SecretRemoved,
     SecretSet,
 )
-from starforge.server.api.authz import Admin, ManageSelf, ReadSelf, runner
+from starforge.server.api.authz import ManageSelf, ReadSelf, RotatesSecretsKey, runner
 from starforge.server.api.deps import RuntimeDep
 from starforge.server.services import lifecycle as run_lifecycle
 from starforge.server.services import secrets
@@ -45,7 +45,7 @@ def remove_secret(name: str, rt: RuntimeDep, user: ManageSelf, lab: bool = False
 
 
 @router.post("/admin/secrets/rotate-key", response_model=KeyRotated)
-def rotate_key(rt: RuntimeDep, _: Admin) -> KeyRotated:
+def rotate_key(rt: RuntimeDep, _: RotatesSecretsKey) -> KeyRotated:
     return secrets.rotate(rt)
 
 

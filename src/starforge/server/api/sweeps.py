@@ -28,7 +28,7 @@ def submit_sweep(
     rt: RuntimeDep,
     user: Submitter,
 ) -> SweepCreated:
-    result = sweeps.submit(rt, user, body)
+    result = sweeps.submit(rt, user.name, body)
     response.status_code = 201 if result.created else 200
     return result
 

@@ -32,7 +32,7 @@ RUN_ACTIONS: dict[RunAction, frozenset[JobStatus]] = {
 }
 
 
-def artifacts(rt: Runtime, user: str, ref: str) -> ArtifactList:
+def artifacts(rt: Runtime, user: users.Caller, ref: str) -> ArtifactList:
     with rt.transaction() as session:
         run = jobs.resolve(session, user, ref)
         run_id = run.id

@@ -290,14 +290,14 @@ def _row(by: str, key: tuple[Any, ...], hours: float, cost: float | None) -> Usa
     return UsageRow(**{by: key[0]}, gpu_hours=hours, cost=cost)
 
 
-def report(rt: Runtime, admin: str, by: str = "day", since: date | None = None) -> UsageReport:
-    """Everyone's GPU-hours (admins only), per (user, project, day), or summed per user, project
-    or run (largest first for those), each priced where the server prices its series."""
+def report(rt: Runtime, by: str = "day", since: date | None = None) -> UsageReport:
+    """Everyone's GPU-hours (for admins: the route checks the role), per (user, project, day),
+    or summed per user, project or run (largest first for those), each priced where the server
+    prices its series."""
     if by not in BY:
         raise UsageError(f"--by {by!r}: give one of {', '.join(BY)}")
     now = utcnow()
     with rt.transaction() as session:
-        users.require_admin(session, admin)
         found = _figures(session, by, now, since)
     prices = rt.settings.gpu_hour_prices
     grouped: dict[tuple[Any, ...], dict[str, float]] = defaultdict(lambda: defaultdict(float))
@@ -350,9 +350,9 @@ def mine(rt: Runtime, user: str) -> MyGpuHours:
 
 
 def set_daily_quota(rt: Runtime, admin: str, user: str, gpu_hours: float | None) -> MyGpuHours:
-    """Set ``user``'s daily GPU-hours (None: no limit); wakes the scheduler."""
+    """Set ``user``'s daily GPU-hours (None: no limit) as ``admin`` (the route checks the role);
+    wakes the scheduler."""
     with rt.transaction() as session:
-        users.require_admin(session, admin)
         users.require_known(session, user)
         row = session.get(DailyGpuQuota, user)
         if row is None:

@@ -35,7 +35,7 @@ from starforge.contract.states import (
 from starforge.server import statemachine
 from starforge.server.db.models import Attempt, Run
 from starforge.server.runtime import Runtime
-from starforge.server.services import checkpoints, jobs, lifecycle
+from starforge.server.services import checkpoints, jobs, lifecycle, users
 
 S = JobStatus
 
@@ -70,7 +70,7 @@ def _why_not(run: Run, action: str) -> str:
 
 def _act(
     rt: Runtime,
-    user: str,
+    user: users.Caller,
     ref: str,
     action: str,
     allowed: frozenset[JobStatus],
@@ -91,11 +91,11 @@ def _act(
     return result
 
 
-def stop(rt: Runtime, user: str, ref: str) -> ActionResult:
+def stop(rt: Runtime, user: users.Caller, ref: str) -> ActionResult:
     """Stop a run: at once when it holds nothing, else through ``stopping`` and its runners."""
 
     def decide(session: Session, run: Run) -> tuple[str, list[str]]:
-        refs = begin_stop(session, run, actor=user)
+        refs = begin_stop(session, run, actor=user.name)
         if S(run.status) is S.STOPPING:
             return f"run {run.id} is stopping", refs
         return f"run {run.id} stopped (it held no resources)", []
@@ -126,7 +126,7 @@ def begin_stop(
 
 
 def pause(
-    rt: Runtime, user: str, ref: str, *, also: Callable[[Session, Run], None] | None = None
+    rt: Runtime, user: users.Caller, ref: str, *, also: Callable[[Session, Run], None] | None = None
 ) -> ActionResult:
     """Pause a run: its training checkpoints and exits, its GPUs are released; resume continues.
     ``also`` writes what the caller records of the pause (a drain's list) in its transaction, so
@@ -141,12 +141,12 @@ def pause(
                 run,
                 S.PAUSED,
                 reason="paused by user before it started",
-                actor=user,
+                actor=user.name,
                 end_reason=EndReason.PAUSED_BY_USER,
             )
             return f"run {run.id} paused (it had not started)", []
         reason = "pause requested by user: the training saves a checkpoint and exits"
-        refs = begin_pause(session, run, reason=reason, actor=user)
+        refs = begin_pause(session, run, reason=reason, actor=user.name)
         return f"run {run.id} is pausing (saving a checkpoint)", refs
 
     return _act(rt, user, ref, "pause", PAUSABLE, decide, rt.settings.pause_grace_s)
@@ -171,7 +171,7 @@ def _start_point(rt: Runtime, run: Run) -> str:
 
 
 def _requeue(
-    rt: Runtime, user: str, ref: str, action: str, allowed: frozenset[JobStatus]
+    rt: Runtime, user: users.Caller, ref: str, action: str, allowed: frozenset[JobStatus]
 ) -> ActionResult:
     verb = {"resume": "resumed", "retry": "retried"}[action]
 
@@ -179,17 +179,17 @@ def _requeue(
         start = _start_point(rt, run)
         run.auto_retries = 0
         reason = f"{verb} by user: attempt {run.current_attempt + 1}; {start}"
-        statemachine.transition(session, run, S.QUEUED, reason=reason, actor=user)
+        statemachine.transition(session, run, S.QUEUED, reason=reason, actor=user.name)
         return f"run {run.id} {verb}: queued as attempt {run.current_attempt + 1}; {start}", []
 
     return _act(rt, user, ref, action, allowed, decide, 0.0)
 
 
-def resume(rt: Runtime, user: str, ref: str) -> ActionResult:
+def resume(rt: Runtime, user: users.Caller, ref: str) -> ActionResult:
     """Send a paused run back to the queue; it continues from its latest checkpoint."""
     return _requeue(rt, user, ref, "resume", RESUMABLE)
 
 
-def retry(rt: Runtime, user: str, ref: str) -> ActionResult:
+def retry(rt: Runtime, user: users.Caller, ref: str) -> ActionResult:
     """Requeue a failed or stopped run (same run id) from its latest checkpoint."""
     return _requeue(rt, user, ref, "retry", RETRYABLE)

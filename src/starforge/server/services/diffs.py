@@ -44,13 +44,13 @@ from starforge.contract.diffs import (
 from starforge.contract.errors import CompareRefused
 from starforge.server.db.models import Run
 from starforge.server.runtime import Runtime
-from starforge.server.services import jobs
+from starforge.server.services import jobs, users
 
 Facts = dict[tuple[DiffSection, str], str]
 _ORDER = {section: i for i, section in enumerate(DiffSection)}
 
 
-def compare(rt: Runtime, user: str, refs: list[str]) -> RunDiff:
+def compare(rt: Runtime, user: users.Caller, refs: list[str]) -> RunDiff:
     """The diff of the runs ``refs`` names, in that order (a run may be named twice)."""
     if not MIN_DIFF_RUNS <= len(refs) <= MAX_DIFF_RUNS:
         raise CompareRefused(

@@ -21,7 +21,7 @@ from starforge.contract.steps import StepSpec
 from starforge.server import pipeline, statemachine
 from starforge.server.db.models import Run
 from starforge.server.runtime import Runtime
-from starforge.server.services import checkpoints, jobs
+from starforge.server.services import checkpoints, jobs, users
 
 
 def _exportable(rt: Runtime, run: Run, step: int | None) -> JobSpec:
@@ -54,13 +54,13 @@ def _exportable(rt: Runtime, run: Run, step: int | None) -> JobSpec:
     return spec
 
 
-def export(rt: Runtime, user: str, ref: str, req: ExportRequest) -> SubmitResponse:
+def export(rt: Runtime, user: users.Caller, ref: str, req: ExportRequest) -> SubmitResponse:
     """Queue an export step of run ``ref``'s checkpoint as a run of its own (idempotent per
     key: the same key answers with the run it made)."""
     key = f"export:{req.idempotency_key}"
     with rt.transaction() as session:
         made = session.scalars(
-            select(Run).where(Run.user == user, Run.idempotency_key == key)
+            select(Run).where(Run.user == user.name, Run.idempotency_key == key)
         ).one_or_none()
         if made is not None:
             return SubmitResponse(
@@ -80,9 +80,9 @@ def export(rt: Runtime, user: str, ref: str, req: ExportRequest) -> SubmitRespon
             data=pipeline.data_refs(spec, run.manifest),
         )
         child = pipeline.step_run(run, spec, step, needs.gpus, key=key)
-        child.user = user  # the caller's run, whoever trained the one exported
+        child.user = user.name  # the caller's run, whoever trained the one exported
         where = f"@step={req.checkpoint_step}" if req.checkpoint_step is not None else ""
-        statemachine.admit(session, child, reason=f"export of {run.id}{where}", actor=user)
+        statemachine.admit(session, child, reason=f"export of {run.id}{where}", actor=user.name)
         response = SubmitResponse(
             run_id=child.id, status=JobStatus.QUEUED, created=True, message=child.reason
         )

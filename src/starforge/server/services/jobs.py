@@ -268,7 +268,7 @@ def submit(rt: Runtime, user: str, req: SubmitRequest, *, rerun_of: str = "") ->
 # ---- read -------------------------------------------------------------------------------------
 
 
-def resolve(session: Session, user: str, ref: str) -> Run:
+def resolve(session: Session, user: users.Caller, ref: str) -> Run:
     """The user's run named by a full id or an unambiguous prefix (with or without ``r-``)."""
     ref = ref.strip()
     if not ref:
@@ -380,7 +380,7 @@ def _executor_pending(rt: Runtime, run: Run) -> str:
     return rt.executor.pending_reason(attempt.executor_ref.split(",")[0]) or ""
 
 
-def get(rt: Runtime, user: str, ref: str) -> RunView:
+def get(rt: Runtime, user: users.Caller, ref: str) -> RunView:
     """A run's view; a queued run's place and why it waits come from the scheduler's latest pass
     (:func:`starforge.server.services.queue.explain`), never from a plan of its own."""
     with rt.reading() as session:
@@ -397,7 +397,7 @@ RUN_ID_IN_TEXT = re.compile(r"\br-[0-9a-z]{10}\b")
 OTHERS_RUN = "another user's run"
 
 
-def hide_others(session: Session, user: str, views: list[RunView]) -> None:
+def hide_others(session: Session, user: users.Caller, views: list[RunView]) -> None:
     """Replace the ids of other users' runs in why-waiting texts (a reservation kept for a run,
     the runs holding a node's GPUs) for a caller who may not see them: their ids are not leaked,
     the numbers stay."""
@@ -424,7 +424,7 @@ def hide_others(session: Session, user: str, views: list[RunView]) -> None:
             p.blocking_runs = [OTHERS_RUN if r in others else r for r in p.blocking_runs]
 
 
-def hide_others_in(rt: Runtime, user: str, text: str) -> str:
+def hide_others_in(rt: Runtime, user: users.Caller, text: str) -> str:
     """``text`` with the ids of runs ``user`` may not see replaced (see :func:`hide_others`)."""
     if users.sees_all(user) or not RUN_ID_IN_TEXT.search(text):
         return text
@@ -438,8 +438,8 @@ _OTHERS = select(Run.id).where(
 )
 
 
-def _others(session: Session, user: str, named: set[str]) -> set[str]:
-    return set(session.scalars(_OTHERS, {"named": sorted(named), "user": str(user)}).all())
+def _others(session: Session, user: users.Caller, named: set[str]) -> set[str]:
+    return set(session.scalars(_OTHERS, {"named": sorted(named), "user": user.name}).all())
 
 
 def _hide(text: str, others: set[str]) -> str:
@@ -456,7 +456,7 @@ def _why_texts(v: RunView) -> list[str]:
 
 def list_runs(
     rt: Runtime,
-    user: str,
+    user: users.Caller,
     *,
     limit: int = 50,
     status: JobStatus | None = None,
@@ -474,7 +474,7 @@ _NEWEST_FIRST = (Run.created_at.desc(), Run.id.desc())
 
 def page(
     rt: Runtime,
-    user: str,
+    user: users.Caller,
     *,
     limit: int = 50,
     status: JobStatus | None = None,
@@ -506,7 +506,7 @@ def page(
     return RunList(runs=views, next_before=rows[-1].id if more and rows else None)
 
 
-def _older_than(session: Session, user: str, run_id: str) -> list[ColumnElement[bool]]:
+def _older_than(session: Session, user: users.Caller, run_id: str) -> list[ColumnElement[bool]]:
     """The keyset condition "after ``run_id`` in newest-first order"; the range bound on
     ``created_at`` alone lets either database seek the index to it."""
     cursor = session.execute(

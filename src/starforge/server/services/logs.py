@@ -57,7 +57,7 @@ from starforge.contract.logcursor import LogPosition
 from starforge.contract.states import EndReason, JobStatus
 from starforge.server.db.models import Attempt
 from starforge.server.runtime import Runtime
-from starforge.server.services import jobs, queue
+from starforge.server.services import jobs, queue, users
 
 MAX_CHUNK = 1 << 20  # bytes per long-poll answer
 MAX_EVENT_BYTES = 256 * 1024  # bytes per log event of the stream
@@ -106,7 +106,7 @@ def node_paths(row: Attempt | None) -> tuple[Path | None, ...]:
     return (first, *(layout.log(row.number, rank) for rank in range(1, nodes)))
 
 
-def locate(rt: Runtime, user: str, ref: str, attempt: int | None, node: int = 0) -> Target:
+def locate(rt: Runtime, user: users.Caller, ref: str, attempt: int | None, node: int = 0) -> Target:
     """The run, its attempt (the latest by default) and its nodes' logs; NotFound for an
     attempt or a node (of an attempt that started) that does not exist."""
     with rt.transaction() as session:
@@ -235,7 +235,7 @@ def read_range(target: Target, offset: int, node: int = 0) -> LogChunk:
 
 async def read(
     rt: Runtime,
-    user: str,
+    user: users.Caller,
     ref: str,
     *,
     attempt: int | None = None,
@@ -278,7 +278,7 @@ def parse_position(text: str) -> LogPosition:
 
 async def start_position(
     rt: Runtime,
-    user: str,
+    user: users.Caller,
     ref: str,
     position: str | None,
     tail: int | None,
@@ -330,7 +330,7 @@ class Follower:
     def __init__(
         self,
         rt: Runtime,
-        user: str,
+        user: users.Caller,
         run_id: str,
         attempt: int,
         offset: int | Sequence[int] = 0,

@@ -172,7 +172,7 @@ def _series(session: Session, run_id: str, key: str, max_points: int) -> MetricS
 
 def series(
     rt: Runtime,
-    user: str,
+    user: users.Caller,
     ref: str,
     *,
     keys: list[str] | None = None,
@@ -193,7 +193,7 @@ def series(
         return MetricsView(run_id=run.id, keys=known, series=[s for s in found if s])
 
 
-def meta(rt: Runtime, user: str, ref: str) -> RunMetaView:
+def meta(rt: Runtime, user: users.Caller, ref: str) -> RunMetaView:
     with rt.transaction() as session:
         run = jobs.resolve(session, user, ref)
         row = session.get(RunMeta, run.id)
@@ -202,7 +202,7 @@ def meta(rt: Runtime, user: str, ref: str) -> RunMetaView:
         return RunMetaView.model_validate(row, from_attributes=True)  # the row's own fields
 
 
-def progress(rt: Runtime, user: str, run_ids: list[str]) -> ProgressList:
+def progress(rt: Runtime, user: users.Caller, run_ids: list[str]) -> ProgressList:
     """How far each of the user's named runs has logged (runs with no metrics are left out)."""
     if not run_ids:
         return ProgressList(runs=[])

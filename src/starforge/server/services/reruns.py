@@ -36,7 +36,7 @@ from starforge.contract.lineage import ArtifactKind
 from starforge.contract.reruns import KEY_PREFIX, RerunChange, RerunRequest, RerunResponse
 from starforge.server.db.models import Run
 from starforge.server.runtime import Runtime
-from starforge.server.services import admission, blobs, jobs
+from starforge.server.services import admission, blobs, jobs, users
 
 PINNED_IMAGE = "@sha256:"  # an image reference that names its digest
 
@@ -154,14 +154,14 @@ def plan(run: Run, req: RerunRequest) -> Plan:
     return Plan(request=request, changes=changes, notes=notes)
 
 
-def _require_package(rt: Runtime, user: str, run: Run, manifest: Manifest) -> None:
+def _require_package(rt: Runtime, user: users.Caller, run: Run, manifest: Manifest) -> None:
     """The recorded package is on the server and the caller's own upload; else say why not
     (before admission reads a blob: nothing is said about another user's files)."""
-    lacking = blobs.missing(rt, user, manifest.digests())
+    lacking = blobs.missing(rt, user.name, manifest.digests())
     if not lacking:
         return
     commit = str((run.spec.get("provenance") or {}).get("git_commit", ""))[:12]
-    if run.user != str(user):
+    if run.user != user.name:
         raise Rejected(
             f"run {run.id} is {run.user}'s: its package was uploaded by {run.user}, and a rerun "
             "uses only files you uploaded",
@@ -175,14 +175,14 @@ def _require_package(rt: Runtime, user: str, run: Run, manifest: Manifest) -> No
     )
 
 
-def rerun(rt: Runtime, user: str, ref: str, req: RerunRequest) -> RerunResponse:
+def rerun(rt: Runtime, user: users.Caller, ref: str, req: RerunRequest) -> RerunResponse:
     """Admit and queue a rerun of run ``ref`` (idempotent per key, like ``POST /jobs``)."""
     with rt.reading() as session:
         run = jobs.resolve(session, user, ref)
         made = plan(run, req)
     _require_package(rt, user, run, made.request.manifest)  # its fields were read above
     source = run.id
-    answer = jobs.submit(rt, user, made.request, rerun_of=source)
+    answer = jobs.submit(rt, user.name, made.request, rerun_of=source)
     sizes = {f.sha256: f.size for f in made.request.manifest.files}  # as `sf submit` counts
     return RerunResponse(
         **answer.model_dump(),

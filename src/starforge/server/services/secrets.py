@@ -74,10 +74,10 @@ def _info(row: Secret) -> SecretInfo:
 
 def _scope_of(caller: Caller, lab: bool, verb: str) -> tuple[Scope, str]:
     if not lab:
-        return Scope.USER, str(caller)
+        return Scope.USER, caller.name
     if not caller.role.at_least(Role.ADMIN):
         raise Forbidden(
-            f"only admins may {verb} lab-wide secrets; {caller}'s role is {caller.role.value}",
+            f"only admins may {verb} lab-wide secrets; {caller.name}'s role is {caller.role.value}",
             hint="drop --lab to manage your own secret, or ask an admin",
             details={"role": caller.role.value, "needs": Role.ADMIN.value},
         )
@@ -105,10 +105,10 @@ def put(rt: Runtime, session: Session, caller: Caller, body: SecretSet) -> Secre
     ring = secret_keys.load(rt.settings.server_dir)
     row = _find(session, scope, owner, body.name)
     if row is None:
-        row = Secret(scope=scope.value, owner=owner, name=body.name, set_by=str(caller))
+        row = Secret(scope=scope.value, owner=owner, name=body.name, set_by=caller.name)
         session.add(row)
     row.ciphertext, row.key_id = ring.seal(body.value, _aad(row))
-    row.set_by, row.updated_at = str(caller), utcnow()
+    row.set_by, row.updated_at = caller.name, utcnow()
     session.flush()
     return _info(row)
 
@@ -117,7 +117,7 @@ def listing(session: Session, caller: Caller) -> SecretList:
     """The caller's own secrets and the lab's: names, scope and dates, never values."""
     query = (
         select(Secret)
-        .where(or_(Secret.scope == Scope.LAB, Secret.owner == str(caller)))
+        .where(or_(Secret.scope == Scope.LAB, Secret.owner == caller.name))
         .order_by(Secret.scope.desc(), Secret.name)
     )
     return SecretList(secrets=[_info(row) for row in session.scalars(query)])

@@ -175,7 +175,7 @@ def _members(session: Session, sweep_id: str) -> list[tuple[SweepRun, Run]]:
     return [(member, run) for member, run in rows]
 
 
-def resolve(session: Session, user: str, ref: str) -> Sweep:
+def resolve(session: Session, user: users.Caller, ref: str) -> Sweep:
     """The user's sweep by full id or an unambiguous prefix."""
     ref = ref.strip()
     ref = ref if ref.startswith("s-") else "s-" + ref
@@ -254,20 +254,20 @@ def view(session: Session, sweep: Sweep, metric: str = "") -> SweepView:
     )
 
 
-def get(rt: Runtime, user: str, ref: str, metric: str = "") -> SweepView:
+def get(rt: Runtime, user: users.Caller, ref: str, metric: str = "") -> SweepView:
     with rt.transaction() as session:
         return view(session, resolve(session, user, ref), metric)
 
 
-def list_sweeps(rt: Runtime, user: str, limit: int = 50) -> list[SweepView]:
+def list_sweeps(rt: Runtime, user: users.Caller, limit: int = 50) -> list[SweepView]:
     with rt.transaction() as session:
         query = select(Sweep).order_by(Sweep.created_at.desc()).limit(limit)
         if not users.sees_all(user):
-            query = query.where(Sweep.user == str(user))
+            query = query.where(Sweep.user == user.name)
         return [view(session, s) for s in session.scalars(query).all()]
 
 
-def runs(rt: Runtime, user: str, ref: str) -> list[RunView]:
+def runs(rt: Runtime, user: users.Caller, ref: str) -> list[RunView]:
     """The sweep's runs as ``sf job ls`` shows runs, in grid order."""
     with rt.transaction() as session:
         sweep = resolve(session, user, ref)
@@ -279,7 +279,7 @@ def runs(rt: Runtime, user: str, ref: str) -> list[RunView]:
         return [jobs.view(rt, by_id[i], full=False) for i in ids if i in by_id]
 
 
-def stop(rt: Runtime, user: str, ref: str) -> list[ActionResult]:
+def stop(rt: Runtime, user: users.Caller, ref: str) -> list[ActionResult]:
     """Stop every variant that has not ended (each answered like ``sf job stop``)."""
     with rt.transaction() as session:
         sweep = resolve(session, user, ref)

@@ -23,7 +23,6 @@ from starforge.contract.api import (
     Usage,
     UserQuota,
 )
-from starforge.contract.auth import Role
 from starforge.contract.states import ACTIVE, JobStatus
 from starforge.server.db.models import Run, User
 from starforge.server.executors.base import SupportsInventory
@@ -65,24 +64,22 @@ def _user_quota(
     )
 
 
-def get(rt: Runtime, admin: str, user: str) -> UserQuota:
-    """A user's quota and usage (admins only)."""
+def get(rt: Runtime, user: str) -> UserQuota:
+    """A user's quota and usage (for admins: the route checks the role)."""
     with rt.transaction() as session:
-        users.require_admin(session, admin)
         users.require_known(session, user)
         return _user_quota(rt, session, user, queue.holdings(session))
 
 
-def list_all(rt: Runtime, admin: str) -> QuotaList:
-    """Every user's quota and usage (admins only)."""
+def list_all(rt: Runtime) -> QuotaList:
+    """Every user's quota and usage (for admins: the route checks the role)."""
     with rt.transaction() as session:
-        users.require_admin(session, admin)
         held = queue.holdings(session)
         names = list(session.scalars(select(User.name).order_by(User.name)))
         return QuotaList(users=[_user_quota(rt, session, n, held) for n in names])
 
 
-def cluster_status(rt: Runtime, viewer: str | None = None) -> ClusterStatus:
+def cluster_status(rt: Runtime, viewer: users.Caller | None = None) -> ClusterStatus:
     """Capacity for everyone; run ids on nodes only the viewer's own (everyone's for operators
     and admins): another user's run counts in its node's GPUs but is not named."""
     unreachable = ""
@@ -94,14 +91,16 @@ def cluster_status(rt: Runtime, viewer: str | None = None) -> ClusterStatus:
         )
     with rt.transaction() as session:
         held = queue.holdings(session)
-        see_all = viewer is None or Role(users.role_of(session, viewer)).at_least(Role.OPERATOR)
         queued = session.scalar(select(func.count()).where(Run.status == JobStatus.QUEUED.value))
         active = session.scalar(select(func.count()).where(Run.status.in_(_ACTIVE)))
+    see_all = viewer is None or users.sees_all(viewer)
     nodes = []
     for n in rt.inventory:
         mine = [h for h in held if h.node == n.name]
         used = len({g for h in mine for g in h.gpus})
-        runs = sorted({h.run_id for h in mine if see_all or h.user == viewer})
+        runs = sorted(
+            {h.run_id for h in mine if see_all or (viewer is not None and h.user == viewer.name)}
+        )
         nodes.append(
             NodeCapacity(
                 name=n.name, series=n.series, gpus=n.gpus, used=used, free=n.gpus - used, runs=runs

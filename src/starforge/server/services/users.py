@@ -5,11 +5,15 @@ may be disabled, and holds any number of API tokens. Only a token's sha256 is st
 checked by hashing what the caller sent and looking the digest up (a unique index), then comparing
 in constant time. A token is refused once revoked, once expired, or while its user is disabled.
 
-The calling user travels through the services as a :class:`Caller`: a ``str`` (the user's name,
-which is what every service already takes, stores as a run's owner and records as an actor) that
-also carries the role. :func:`sees_all` and :func:`visible_runs` are the one place that decides
-whose runs a caller may see: an operator or an admin sees everyone's; anyone else sees only their
-own, and another user's run is answered as if it did not exist (404, no existence leak).
+The calling user travels through the services as a :class:`Caller`: a typed value (name, role,
+whether a console link signed it in) that the routes' authorization (``api/authz.py``) builds
+from a token and services receive. A service that only stores or records a name takes
+``caller.name``; one that decides what the caller may see takes the :class:`Caller` itself, so a
+bare name can never stand in for one. :func:`sees_all`, :func:`may_see` and :func:`visible_runs`
+are the one place that decides whose runs a caller may see: an operator or an admin sees
+everyone's; anyone else sees only their own, and another user's run is answered as if it did not
+exist (404, no existence leak). Which role an action needs is the route's rule alone: services
+check no role again.
 
 The embedded server has one local user, an admin, whose token lives in
 ``<home>/server/local-token`` (mode 0600), created on first start and re-registered on each start.
@@ -22,6 +26,7 @@ import hashlib
 import hmac
 import os
 import secrets
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,7 +35,7 @@ from sqlalchemy import ColumnElement, Row, Update, bindparam, select, true, upda
 from sqlalchemy.orm import Session
 
 from starforge.contract.auth import Role
-from starforge.contract.errors import Forbidden, Unauthorized, UserNotFound
+from starforge.contract.errors import Unauthorized, UserNotFound
 from starforge.contract.names import SAFE_SEGMENT
 from starforge.server.db.engine import read_only
 from starforge.server.db.models import Run, Token, User, utcnow
@@ -47,31 +52,30 @@ LAST_USED_EVERY = timedelta(minutes=5)
 CONSOLE_SCOPE = "console"  # a token that only reads: what `sf job console` signs a browser in with
 
 
-class Caller(str):
-    """The calling user's name, carrying its role (see the module docstring)."""
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who calls: a user's name and role (see the module docstring)."""
 
+    name: str
     role: Role
-    console_only: bool  # signed in by a console link's token: it may only read
+    console_only: bool = False  # signed in by a console link's token: it may only read
 
-    def __new__(cls, name: str, role: Role, *, console_only: bool = False) -> Caller:
-        self = super().__new__(cls, name)
-        self.role = role
-        self.console_only = console_only
-        return self
+    def __str__(self) -> str:
+        return self.name  # what a message or an event names the caller by
 
 
-def sees_all(user: str) -> bool:
-    """Whether ``user`` may see and act on everyone's runs (an operator or an admin)."""
-    return isinstance(user, Caller) and user.role.at_least(Role.OPERATOR)
+def sees_all(caller: Caller) -> bool:
+    """Whether ``caller`` may see and act on everyone's runs (an operator or an admin)."""
+    return caller.role.at_least(Role.OPERATOR)
 
 
-def may_see(user: str, owner: str) -> bool:
-    return owner == user or sees_all(user)
+def may_see(caller: Caller, owner: str) -> bool:
+    return owner == caller.name or sees_all(caller)
 
 
-def visible_runs(user: str) -> ColumnElement[bool]:
-    """The ``WHERE`` clause of the runs ``user`` may see."""
-    return true() if sees_all(user) else Run.user == str(user)
+def visible_runs(caller: Caller) -> ColumnElement[bool]:
+    """The ``WHERE`` clause of the runs ``caller`` may see."""
+    return true() if sees_all(caller) else Run.user == caller.name
 
 
 def token_digest(token: str) -> str:
@@ -238,14 +242,6 @@ def authenticate_request(rt: Runtime, authorization: str | None) -> Caller:
 
 def role_of(session: Session, user: str) -> str:
     return session.scalar(select(User.role).where(User.name == user)) or Role.MEMBER.value
-
-
-def require_admin(session: Session, user: str) -> None:
-    if role_of(session, user) != ADMIN:
-        raise Forbidden(
-            f"only admins may change or list quotas; {user} is not an admin",
-            hint="`sf status` shows your own quota and usage",
-        )
 
 
 def make_admin(session: Session, user: str) -> None:
