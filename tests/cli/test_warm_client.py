@@ -25,12 +25,12 @@ def test_the_switch_turns_the_warm_client_off(
     assert not warm_client.folder(sf_home).exists()  # and no daemon was started
 
 
-def test_only_submit_goes_to_the_warm_client(
+def test_only_submit_and_job_ls_go_to_the_warm_client(
     monkeypatch: pytest.MonkeyPatch, sf_home: Path
 ) -> None:
     monkeypatch.delenv("STARFORGE_WARM_CLIENT")
     assert warm_client.enabled()
-    for args in (["job", "ls"], ["--help"], [], ["submitx"]):
+    for args in (["job", "status"], ["job"], ["jobs", "ls"], ["--help"], [], ["submitx"]):
         assert warm_client.run(args) is None
     assert not warm_client.folder(sf_home).exists()
 

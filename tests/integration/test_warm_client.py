@@ -153,6 +153,22 @@ def test_a_refused_submit_gives_the_cold_commands_error_and_exit_code(
     assert "uncommitted changes in experiments/c1/train.sh" in warm.err, warm.err
 
 
+@pytest.mark.parametrize(
+    "args",
+    [("job", "ls", "--status", "paused"), ("job", "ls", "--limit", "ten")],
+    ids=["no-match", "usage-error"],
+)
+def test_sf_job_ls_is_served_warm_and_says_what_the_cold_one_does(
+    sf_home: Path, daemon: Callable[..., int], tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    daemon(tmp_path)
+    cold = sf_process(*args, cwd=tmp_path, warm=False)
+    warm = sf_process(*args, cwd=tmp_path)
+    assert warm.warm and not cold.warm
+    assert (warm.code, warm.out, warm.err) == (cold.code, cold.out, cold.err)
+    assert "no run matches --status paused" in warm.out or "'--limit'" in warm.err
+
+
 def test_the_command_runs_in_the_callers_directory_and_environment(
     sf_home: Path, custom_lab: Callable[..., Lab], daemon: Callable[..., int], tmp_path: Path
 ) -> None:

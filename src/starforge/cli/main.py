@@ -13,10 +13,10 @@ from ``click.ClickException``, so the boundary catches typer's public classes an
 imported: that module handles its one strict grammar with the standard library, or answers None
 and the full command runs (so every error message stays with the full command).
 
-``sf submit`` in a real ``sf`` process goes first to :mod:`starforge.cli.warm_client`: a
-background process that has done the imports forks a child that runs this same ``main`` with the
-caller's argv, terminal, directory and environment; without one, the command runs here and one is
-started for the next submit (``STARFORGE_WARM_CLIENT=0``: never).
+``sf submit`` and ``sf job ls`` in a real ``sf`` process go first to
+:mod:`starforge.cli.warm_client`: a background process that has done the imports forks a child
+that runs this same ``main`` with the caller's argv, terminal, directory and environment; without
+one, the command runs here and one is started for the next (``STARFORGE_WARM_CLIENT=0``: never).
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def _fast(args: list[str]) -> int | None:
 
 def _warm(args: list[str]) -> int | None:
     """The exit code of the command run by the warm daemon, or None to run it here."""
-    if args[:1] != ["submit"]:  # other commands import nothing of it
+    if args[:1] != ["submit"] and args[:2] != ["job", "ls"]:  # the others import nothing of it
         return None
     from starforge.cli import warm_client
 

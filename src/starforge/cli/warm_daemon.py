@@ -54,6 +54,7 @@ PRELOAD = (
     "starforge.cli.main",
     "starforge.cli.app",
     "starforge.cli.cmd_submit",
+    "starforge.cli.cmd_job",  # `sf job ls`
     "starforge.cli.submit_flow",
     "starforge.cli.connect",
     "starforge.cli.logs",
