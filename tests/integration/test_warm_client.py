@@ -95,13 +95,14 @@ def daemon(sf_home: Path) -> Iterator[Callable[..., int]]:
 
 
 def run_view(sf: Callable[..., Result], printed: str) -> dict[str, object]:
-    """What the run is, without what differs between any two runs (id, times, progress)."""
+    """What the run is, without what differs between any two runs (id, times, progress, the
+    GPU-hours its time made)."""
     run_id = str(json.loads(printed)["run_id"])
     view = wait_for(sf, run_id, {"succeeded", "failed"})
     assert view["status"] == "succeeded"
     spec = dict(view["spec"])  # type: ignore[call-overload]
     volatile = {"run_id", "console_url", "run_dir", "attempts", "events", "spec"}
-    volatile |= {"created_at", "started_at", "ended_at", "queue_position"}
+    volatile |= {"created_at", "started_at", "ended_at", "queue_position", "gpu_hours", "cost"}
     return {**{k: v for k, v in view.items() if k not in volatile}, "spec": spec}
 
 
