@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
+from starforge import __version__
 from starforge.contract.api import (
     API_PREFIX,
     CLIENT_VERSION_HEADER,
@@ -52,7 +53,7 @@ def test_a_client_below_the_admins_minimum_gets_one_line_naming_the_upgrade(
     body = resp.json()
     assert body["code"] == "version.client_too_old"
     assert body["message"] == (
-        "client 0.1.0 is older than 0.2.0, the oldest this server (0.2.0) accepts: "
+        f"client 0.1.0 is older than 0.2.0, the oldest this server ({__version__}) accepts: "
         "upgrade it with pip install -U 'starforge>=0.2.0'"
     )
     assert body["hint"] is None  # the message is the one line every client prints
@@ -63,7 +64,7 @@ def test_health_and_info_answer_an_old_client_and_name_the_minimum(client: TestC
     """An old client must still find the server (/health) and learn what it needs (/info)."""
     assert client.get("/health", headers=old()).json() == {"ok": True}
     info = client.get("/info", headers=old()).json()
-    assert (info["version"], info["min_client"]) == ("0.2.0", "0.2.0")
+    assert (info["version"], info["min_client"]) == (__version__, "0.2.0")
 
 
 def test_the_previous_releases_runner_keeps_reporting_past_the_admins_minimum(
