@@ -234,14 +234,13 @@ def status(run: RunArg = None, json_out: JsonOpt = False) -> None:
     if view.attempts:
         out.line("")
         out.table(
-            ["ATTEMPT", "EXECUTOR", "STARTED", "ENDED", "GPU-H", "EXIT", "REASON", "FROM", "LOG"],
+            ["ATTEMPT", "EXECUTOR", "STARTED", "ENDED", "EXIT", "REASON", "FROM", "LOG"],
             [
                 [
                     str(a.number),
                     a.executor_ref or "-",
                     ago(a.started_at),
                     ago(a.ended_at),
-                    figure(a.gpu_hours),
                     "-" if a.exit_code is None else str(a.exit_code),
                     a.end_reason or "-",
                     a.resumed_from.rsplit("/", 1)[-1] if a.resumed_from else "-",
@@ -253,9 +252,12 @@ def status(run: RunArg = None, json_out: JsonOpt = False) -> None:
 
 
 def _cost(view: RunView) -> str:
-    """``3.20 GPU-hours (2 attempts) ≈ 9.60 USD``: GPUs × wall time of every attempt."""
+    """``3.20 GPU-hours (2 attempts: 1.20, 2.00) ≈ 9.60 USD``: GPUs × wall time of every
+    attempt, each attempt's in order (the attempts table below stays narrow enough to read)."""
     n = len(view.attempts)
-    return cost_text(view.gpu_hours, view.cost, view.currency, f"{n} attempt{'s' * (n != 1)}")
+    each = ", ".join(figure(a.gpu_hours) for a in view.attempts) if n > 1 else ""
+    note = f"{n} attempt{'s' * (n != 1)}" + (f": {each}" if each else "")
+    return cost_text(view.gpu_hours, view.cost, view.currency, note)
 
 
 def _gate(gate: GateView) -> str:
