@@ -29,16 +29,14 @@ for every queued run, in the order it considers them:
 
 from __future__ import annotations
 
-import heapq
-from collections import deque
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from operator import attrgetter
-from typing import Protocol, TypeVar
 
 from starforge.contract.profiles import Pool
+from starforge.server.services import fairshare
+from starforge.server.services.fairshare import order_queue, queue_key
 from starforge.server.services.limits import UNLIMITED, Limits, beyond_quota, run_needs
 from starforge.server.services.placement import (
     FreeNode,
@@ -74,27 +72,6 @@ __all__ = [
     "shortfall",
     "slots_are_free",
 ]
-
-
-class Queued(Protocol):
-    priority: int
-    created_at: datetime
-    id: str
-
-
-Q = TypeVar("Q", bound=Queued)
-
-
-_KEY = attrgetter("key")
-
-
-def queue_key(priority: int, created_at: datetime, run_id: str) -> tuple[int, datetime, str]:
-    """Sort key of the queue: higher priority first, then older first, then by id."""
-    return (-priority, created_at, run_id)
-
-
-def order_queue(runs: Iterable[Q]) -> list[Q]:
-    return sorted(runs, key=lambda r: queue_key(r.priority, r.created_at, r.id))
 
 
 # ---- the pass ---------------------------------------------------------------------------------
@@ -475,6 +452,11 @@ class _Pass:
 
     # ---- one run --------------------------------------------------------------------------------
 
+    def gpus_held(self, user: str) -> int:
+        """The GPUs ``user`` holds, counting what this pass started (fair share's measure)."""
+        use = self.use.get(user)
+        return use.gpus if use is not None else 0
+
     def settled(self) -> bool:
         """Whether no run left can start in this pass (each shape of the queue has failed or
         can never fit), so the GPUs each user holds stay as they are."""
@@ -521,67 +503,6 @@ class _Pass:
         return d
 
 
-def _fair_order(
-    queue: Iterable[QueuedRun],
-    use: Mapping[str, _Use],
-    overdue_before: datetime | None,
-    settled: Callable[[], bool] = lambda: False,
-) -> Iterable[QueuedRun]:
-    """Priority first; within a priority the runs queued since before ``overdue_before`` (oldest
-    first), then the user holding the fewest GPUs next, each user's runs oldest first.
-
-    A generator: the pass decides each run before the next is chosen, so what a run takes
-    counts against its user at once. Once ``settled()`` (nothing left can start, so no user's
-    GPUs change), the rest of a priority is what the heap would give, found by sorting: the
-    users holding the fewest GPUs first, their runs merged by age.
-    """
-    levels: dict[int, dict[str, deque[QueuedRun]]] = {}
-    overdue: dict[int, list[QueuedRun]] = {}
-    for run in sorted(queue, key=_KEY):
-        if overdue_before is not None and run.created_at < overdue_before:
-            overdue.setdefault(run.priority, []).append(run)
-        else:
-            levels.setdefault(run.priority, {}).setdefault(run.user, deque()).append(run)
-    for priority in sorted(levels.keys() | overdue.keys(), reverse=True):
-        yield from overdue.get(priority, ())
-        users = levels.get(priority, {})
-        if not users:
-            continue
-        if len(users) == 1:
-            yield from next(iter(users.values()))
-            continue
-        heap = [(_gpus(use, u), q[0].key, u) for u, q in users.items()]
-        heapq.heapify(heap)
-        while heap:
-            if settled():
-                yield from _by_holdings(heap, users)
-                break
-            user = heap[0][2]
-            runs = users[user]
-            yield runs.popleft()
-            if runs:
-                heapq.heapreplace(heap, (_gpus(use, user), runs[0].key, user))
-            else:
-                heapq.heappop(heap)
-
-
-def _by_holdings(
-    heap: list[tuple[int, tuple[int, datetime, str], str]], users: Mapping[str, deque[QueuedRun]]
-) -> Iterable[QueuedRun]:
-    """The runs left in ``heap``'s users' queues in the order the heap would pop them while no
-    user's GPUs change: by GPUs held, then age."""
-    groups: dict[int, list[QueuedRun]] = {}
-    for held, _, user in heap:
-        groups.setdefault(held, []).extend(users[user])
-    for held in sorted(groups):
-        yield from sorted(groups[held], key=_KEY)
-
-
-def _gpus(use: Mapping[str, _Use], user: str) -> int:
-    found = use.get(user)
-    return found.gpus if found is not None else 0
-
-
 def plan(
     queue: Iterable[QueuedRun],
     inventory: Sequence[NodeDef],
@@ -607,7 +528,7 @@ def plan(
     wanted = set(explain)
     decisions: list[Decision] = []
     head_found = False
-    for run in _fair_order(queue, state.use, overdue_before, state.settled):
+    for run in fairshare.fair_order(queue, state.gpus_held, overdue_before, state.settled):
         explained = explain_all or not head_found or run.id in wanted
         d = state.decide(run, len(decisions) + 1, explained)
         if d.slots is None and not head_found:
