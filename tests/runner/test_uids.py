@@ -13,6 +13,9 @@ from starforge.contract.errors import RunnerError
 from starforge.runner import jobuser, uids
 
 FIRST, LAST = 64100, 64103  # a corner of the default range no test process runs under
+# The one test that starts a process under a uid of its range takes a corner of its own: xdist
+# runs it beside the others, which would see that uid busy and skip it.
+BUSY_FIRST, BUSY_LAST = 64110, 64113
 
 
 def test_two_attempts_take_two_uids_and_the_nodes_of_one_attempt_share_its_uid(
@@ -48,19 +51,19 @@ def test_a_uid_whose_runner_died_is_taken_again_once_none_of_its_processes_runs(
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root starts a process under another uid")
 def test_a_uid_is_not_given_back_or_taken_while_a_process_of_it_runs(tmp_path: Path) -> None:
-    uid = uids.take(tmp_path, FIRST, LAST, "r-a", 1)
+    uid = uids.take(tmp_path, BUSY_FIRST, BUSY_LAST, "r-a", 1)
     stray = subprocess.Popen(["sleep", "600"], user=uid, group=uid)
     try:
         assert uids.uid_has_processes(uid)
         assert not uids.give_back(tmp_path, uid, "r-a", 1)  # a node of it still runs
         holder = tmp_path / "uids" / str(uid)
         holder.write_text(json.dumps({"run_id": "r-a", "attempt": 1, "pid": 0}))  # runner gone
-        assert uids.take(tmp_path, FIRST, LAST, "r-b", 1) == uid + 1  # its job still runs
+        assert uids.take(tmp_path, BUSY_FIRST, BUSY_LAST, "r-b", 1) == uid + 1  # its job still runs
     finally:
         stray.kill()
         stray.wait()
     assert not uids.uid_has_processes(uid)
-    assert uids.take(tmp_path, FIRST, LAST, "r-c", 1) == uid  # now it is free again
+    assert uids.take(tmp_path, BUSY_FIRST, BUSY_LAST, "r-c", 1) == uid  # now it is free again
     assert not uids.give_back(tmp_path, uid, "r-a", 1)  # not r-a's any more
     assert uids.give_back(tmp_path, uid, "r-c", 1)
     assert not (tmp_path / "uids" / str(uid)).exists()
