@@ -53,7 +53,7 @@ from starforge.catalog.loader import get_method
 from starforge.contract.api import API_PREFIX
 from starforge.contract.jobspec import JobSpec
 from starforge.contract.profiles import Pool
-from starforge.server.services import scheduler
+from starforge.server.services.scheduling import scheduler
 from starforge.server.settings import NodeDef
 
 INVENTORY = [
@@ -336,7 +336,7 @@ def db_pass(
     is kept); passes after one more run was queued (the whole queue is planned again)."""
     from starforge.server.db.models import Attempt, Run
     from starforge.server.runtime import build_runtime
-    from starforge.server.services import dispatch
+    from starforge.server.services.scheduling import dispatch
     from starforge.server.settings import load_settings
 
     database = {"database_url": database_url} if database_url else {}

@@ -30,7 +30,7 @@ from starforge.client import config
 from starforge.client.http import Client
 from starforge.contract.auth import Role
 from starforge.server.db.engine import make_engine, make_sessions, migrate
-from starforge.server.services import users
+from starforge.server.services.access import users
 
 ROOT = Path(__file__).resolve().parents[1]
 PG_SCRIPT = ROOT / "scripts" / "postgres.sh"

@@ -5,8 +5,8 @@ seeded beside it, spread over ``--days`` days, among ``--users`` users and their
 ``--queued-every``-th run is queued with pools that can never be placed (so it stays queued and
 every scheduler pass explains it), the others ended after one attempt (every 10th after two) of 1
 to 8 GPUs lasting minutes to a day and a half. An ended attempt is written as the server writes
-one when it ends (:func:`starforge.server.services.accounting.attempt_ended`, where this version
-has it), so the figures measure what the server would hold after that year.
+one when it ends (:func:`starforge.server.services.scheduling.accounting.attempt_ended`, where this
+version has it), so the figures measure what the server would hold after that year.
 
 * ``sf_admin_usage``: wall time of ``sf admin usage`` (a fresh CLI process each: every (day,
   user, project) of the year), median and p90 over ``--calls``; ``sf_admin_usage_by_user``,
@@ -93,7 +93,7 @@ def seed(home: Path, admin: str, args: argparse.Namespace) -> str:
     from starforge.contract.profiles import Pool
     from starforge.server.db.engine import make_engine
     from starforge.server.db.models import Attempt, Event, Run
-    from starforge.server.services import accounting
+    from starforge.server.services.scheduling import accounting
     from starforge.server.settings import load_settings
 
     ended_hook = getattr(accounting, "attempt_ended", None)  # None: a version without summaries

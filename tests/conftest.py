@@ -59,7 +59,7 @@ def _never_the_real_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
     # A server running as root (as in CI) gives each run a uid of its own, which cannot enter
     # pytest's 0700 temporary folders: every server the suite starts runs jobs as its own user
     # instead. So they cannot keep two users' jobs apart, and opt out of the refusal of members'
-    # runs that brings (services/isolation.py), as an admin would. The tests of isolation
+    # runs that brings (services/access/isolation.py), as an admin would. The tests of isolation
     # (tests/security) start servers with settings of their own.
     saved_env = {k: os.environ.get(k) for k in ("STARFORGE_JOB_USER", "STARFORGE_ISOLATION")}
     os.environ["STARFORGE_JOB_USER"] = ""

@@ -19,7 +19,7 @@ from starforge.server.api import authz
 from starforge.server.app import create_app
 from starforge.server.db.sweeps import Sweep, SweepRun
 from starforge.server.runtime import Runtime
-from starforge.server.services import users
+from starforge.server.services.access import users
 from starforge.server.settings import load_settings
 from tests.server.factories import INVENTORY, PROFILES, FakeExecutor, insert_run
 from tests.server.test_authz_matrix import declared_rules

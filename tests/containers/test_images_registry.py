@@ -33,7 +33,9 @@ from starforge.server import registry as registry_api
 from starforge.server.app import create_app
 from starforge.server.db.models import Run, User
 from starforge.server.runtime import Runtime, build_runtime
-from starforge.server.services import blobs, dispatch, images, jobs
+from starforge.server.services.data import blobs, images
+from starforge.server.services.runs import jobs
+from starforge.server.services.scheduling import dispatch
 from starforge.server.settings import load_settings
 from tests.server.factories import (
     INVENTORY,
@@ -129,7 +131,7 @@ def _runtime(tmp_path: Path, containers: str | None) -> Runtime:
     )
     rt = build_runtime(settings, executor=FakeExecutor())
     with rt.transaction() as session:
-        from starforge.server.services import users
+        from starforge.server.services.access import users
 
         for name, token in TOKENS.items():
             users.ensure_user(session, name, token)

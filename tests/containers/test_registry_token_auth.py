@@ -26,7 +26,7 @@ from starforge.contract.registries import RegistryLoginSet
 from starforge.server.db.models import Run
 from starforge.server.registry_auth import Login, basic_header
 from starforge.server.runtime import Runtime
-from starforge.server.services import registries
+from starforge.server.services.data import registries
 from tests.containers.test_images_registry import push, rt, submit
 from tests.containers.token_registry import TokenRegistry, free_port, token_registry
 from tests.server.factories import run_row

@@ -16,7 +16,7 @@ from starforge.contract.api import API_PREFIX
 from starforge.contract.jobspec import InputKind, InputRef, Inputs
 from starforge.server.app import create_app
 from starforge.server.runtime import Runtime
-from starforge.server.services import users
+from starforge.server.services.access import users
 from starforge.server.settings import load_settings
 from tests.hub_stub import Hub, serve_hub
 from tests.postgres.databases import Databases

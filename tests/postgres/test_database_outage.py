@@ -25,7 +25,7 @@ import yaml
 
 from starforge.client import config
 from starforge.server.db.engine import make_engine, make_sessions, migrate
-from starforge.server.services import users
+from starforge.server.services.access import users
 from tests.conftest import Result
 from tests.postgres.test_postgres_script import script
 

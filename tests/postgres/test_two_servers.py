@@ -23,7 +23,7 @@ from starforge.client.http import Client
 from starforge.contract.api import SubmitRequest
 from starforge.contract.jobspec import FileEntry, Manifest
 from starforge.server.db.engine import make_engine, make_sessions
-from starforge.server.services import users
+from starforge.server.services.access import users
 from tests.server.factories import spec
 
 pytestmark = pytest.mark.postgres

@@ -19,7 +19,7 @@ from starforge.report.run import Run
 from starforge.report.run import Settings as ReportSettings
 from starforge.server.app import create_app
 from starforge.server.runtime import Runtime
-from starforge.server.services import users
+from starforge.server.services.access import users
 from starforge.server.settings import Settings
 from tests.server.conftest import (  # noqa: F401  (fixtures)
     _clean_env,

@@ -20,7 +20,7 @@ import pytest
 import starforge.report as report
 from starforge.client.http import Client
 from starforge.report.run import Run, Settings
-from starforge.server.services import metrics
+from starforge.server.services.observability import metrics
 from tests.server.factories import member
 
 from .conftest import BASE, Server

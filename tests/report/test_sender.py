@@ -13,7 +13,7 @@ from typing import Any
 
 from starforge.client.http import Client
 from starforge.client.sender import Sender, Spool
-from starforge.server.services import metrics
+from starforge.server.services.observability import metrics
 from tests.server.factories import member
 
 from .conftest import BASE, Server

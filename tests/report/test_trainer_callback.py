@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from starforge.server.services import metrics
+from starforge.server.services.observability import metrics
 from tests.server.factories import member
 
 from .conftest import Server

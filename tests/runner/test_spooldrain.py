@@ -19,7 +19,7 @@ from starforge.contract.layout import RunLayout
 from starforge.report.run import Run
 from starforge.report.run import Settings as ReportSettings
 from starforge.runner.spooldrain import drain
-from starforge.server.services import metrics
+from starforge.server.services.observability import metrics
 from tests.report.conftest import (  # noqa: F401  (fixtures)
     BASE,
     Server,

@@ -25,7 +25,7 @@ from fastapi.testclient import TestClient
 from starforge.contract.api import API_PREFIX
 from starforge.server.app import create_app
 from starforge.server.runtime import Runtime, build_runtime
-from starforge.server.services import users
+from starforge.server.services.access import users
 from starforge.server.settings import Settings, load_settings
 from tests.server.factories import INVENTORY, PROFILES, TOKENS, FakeExecutor, eventually
 
@@ -57,7 +57,7 @@ def settings(tmp_path: Path) -> Settings:
         max_submit_bytes=LIMIT,
         max_blob_bytes=LIMIT,
         # Its jobs (a fake executor's) share the server's identity: it opts out of the refusal
-        # of members' runs on such a server (services/isolation.py), which these tests do not
+        # of members' runs on such a server (services/access/isolation.py), which these tests do not
         # test; tests/security/test_run_identities.py does.
         isolation="none",
     )

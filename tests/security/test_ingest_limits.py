@@ -8,7 +8,7 @@ import httpx
 from fastapi.testclient import TestClient
 
 from starforge.contract.api import API_PREFIX, RUN_TOKEN_HEADER
-from starforge.server.services import metrics
+from starforge.server.services.observability import metrics
 from tests.server.factories import binding, report, running_run
 
 from . import attack

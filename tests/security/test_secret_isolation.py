@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 
 from starforge.contract.api import RUN_TOKEN_HEADER
 from starforge.contract.secrets import Mount, SecretRequest
-from starforge.server.services import dispatch
+from starforge.server.services.scheduling import dispatch
 from tests.server.factories import binding, request
 
 from .conftest import ALICE, BOB, ROOT, runtime

@@ -20,7 +20,7 @@ from starforge.contract.jobspec import FileEntry
 from starforge.server.app import create_app
 from starforge.server.db.models import Run
 from starforge.server.runtime import Runtime
-from starforge.server.services import users
+from starforge.server.services.access import users
 from starforge.server.settings import load_settings
 from tests.server.factories import INVENTORY, PROFILES, TOKENS, FakeExecutor, request
 
@@ -35,7 +35,7 @@ def client(tmp_path: Path) -> Iterator[TestClient]:
         inventory=INVENTORY,
         profiles=PROFILES,
         url="http://127.0.0.1:9999",
-        isolation="none",  # fake jobs share the server's identity (services/isolation.py)
+        isolation="none",  # fake jobs share the server's identity (services/access/isolation.py)
     )
     app = create_app(
         settings.model_copy(update={"embedded": False}), executor=FakeExecutor(), run_loops=False

@@ -13,8 +13,9 @@ from starforge.contract.api import RUN_TOKEN_HEADER
 from starforge.contract.env import Binding, job_env
 from starforge.contract.jobspec import JobSpec
 from starforge.contract.states import JobStatus
-from starforge.server.services import dispatch, metrics
-from starforge.server.services.users import token_digest
+from starforge.server.services.access.users import token_digest
+from starforge.server.services.observability import metrics
+from starforge.server.services.scheduling import dispatch
 from tests.server.factories import FakeExecutor, binding, member, run_row, running_run
 
 from .conftest import runtime, wire

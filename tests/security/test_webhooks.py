@@ -1,9 +1,9 @@
 """Webhooks as an attack surface: where a user may make the server send requests (SSRF), and
 the signing secret, which is shown once and never again.
 
-The stance (docs in ``server/services/notify.py``): http(s) URLs only, no credentials in them,
-redirects never followed; on a lab server loopback, private, link-local (cloud metadata) and other
-non-public addresses are refused unless an admin sets ``notify_allow_private``; the embedded
+The stance (docs in ``server/services/labops/notify.py``): http(s) URLs only, no credentials in
+them, redirects never followed; on a lab server loopback, private, link-local (cloud metadata) and
+other non-public addresses are refused unless an admin sets ``notify_allow_private``; the embedded
 server, local to its one user, allows them by default (its receivers are on 127.0.0.1)."""
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from starforge.server.db.engine import alembic_config, make_engine
 from starforge.server.db.labops import NotifyEndpoint, NotifyOutbox
 from starforge.server.db.models import Run, utcnow
 from starforge.server.runtime import Runtime
-from starforge.server.services import notify, secret_keys, users
+from starforge.server.services.access import secret_keys, users
+from starforge.server.services.labops import notify
 from starforge.server.settings import Settings, load_settings
 from tests.server.factories import INVENTORY, PROFILES, insert_run
 

@@ -34,7 +34,7 @@ from starforge.project.lab import Lab
 from starforge.server.app import create_app
 from starforge.server.db.models import Run
 from starforge.server.runtime import Runtime
-from starforge.server.services import users
+from starforge.server.services.access import users
 from starforge.server.settings import load_settings
 from tests.conftest import Result, commit_all
 from tests.security.conftest import ALICE, Live

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from starforge.server.runtime import Runtime, build_runtime
-from starforge.server.services import users
+from starforge.server.services.access import users
 from starforge.server.settings import Settings, load_settings
 from tests.postgres.databases import URL, Databases, on_postgres
 
@@ -87,7 +87,8 @@ def settings(tmp_path: Path, database_url: str | None) -> Settings:
         stop_grace_s=0.5,
         database_url=database_url,
         # Its (fake) jobs share the server's identity: it opts out of the refusal of members'
-        # runs on such a server (services/isolation.py; tested in tests/server/test_isolation.py).
+        # runs on such a server (services/access/isolation.py; tested in
+        # tests/server/test_isolation.py).
         isolation="none",
     )
 

@@ -28,7 +28,10 @@ from starforge.contract.states import JobStatus
 from starforge.server import statemachine
 from starforge.server.db.models import Run, User
 from starforge.server.runtime import Runtime
-from starforge.server.services import blobs, dispatch, jobs, lifecycle, users
+from starforge.server.services.access import users
+from starforge.server.services.data import blobs
+from starforge.server.services.runs import jobs, lifecycle
+from starforge.server.services.scheduling import dispatch
 from starforge.server.settings import NodeDef
 
 INVENTORY = [

@@ -10,7 +10,8 @@ from typing import Any
 
 from starforge.contract.api import LifecycleEvent
 from starforge.server.runtime import Runtime
-from starforge.server.services import dispatch, jobs, lifecycle
+from starforge.server.services.runs import jobs, lifecycle
+from starforge.server.services.scheduling import dispatch
 
 from .factories import binding, report, request, run_row, schedule
 

@@ -13,7 +13,9 @@ from starforge.contract.states import JobStatus
 from starforge.server.db.labops import UsageSummary
 from starforge.server.db.models import Attempt, Run, utcnow
 from starforge.server.runtime import Runtime
-from starforge.server.services import accounting, jobs, users
+from starforge.server.services.access import users
+from starforge.server.services.runs import jobs
+from starforge.server.services.scheduling import accounting
 
 from .factories import member, report, run_row, running_run, schedule, submit
 

@@ -18,7 +18,7 @@ from starforge.server.app import create_app
 from starforge.server.db.engine import alembic_config, make_engine, make_sessions, migrate
 from starforge.server.db.models import Token, User, utcnow
 from starforge.server.runtime import Runtime
-from starforge.server.services import users
+from starforge.server.services.access import users
 from starforge.server.settings import Settings
 
 from .factories import FakeExecutor

@@ -17,7 +17,7 @@ from starforge.contract.states import (
 )
 from starforge.server.db.models import Event
 from starforge.server.runtime import Runtime
-from starforge.server.services import actions
+from starforge.server.services.runs import actions
 
 from .factories import FakeExecutor, force, member, report, run_row, running_run, schedule, submit
 from .lifecycle_factories import binding, checkpoint, start

@@ -35,7 +35,8 @@ from starforge.contract.states import JobStatus
 from starforge.project.lab import Lab
 from starforge.server.db.models import Run
 from starforge.server.runtime import Runtime
-from starforge.server.services import blobs, jobs
+from starforge.server.services.data import blobs
+from starforge.server.services.runs import jobs
 from tests.conftest import commit_all
 
 from .factories import binding, package, request, schedule, spec

@@ -14,7 +14,9 @@ from starforge.contract.api import API_PREFIX, CLIENT_VERSION_HEADER, RUN_TOKEN_
 from starforge.contract.errors import from_wire
 from starforge.server.app import create_app
 from starforge.server.runtime import Runtime
-from starforge.server.services import dispatch, jobs, users
+from starforge.server.services.access import users
+from starforge.server.services.runs import jobs
+from starforge.server.services.scheduling import dispatch
 from starforge.server.settings import Settings
 
 from .factories import TOKENS, FakeExecutor, binding, eventually, request, run_row

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from starforge.server.services.asha import Mode, Stop, Variant, decide, note, rung_values
+from starforge.server.services.workflows.asha import Mode, Stop, Variant, decide, note, rung_values
 
 
 def v(run_id: str, index: int, values: dict[int, float], active: bool = True) -> Variant:

@@ -31,7 +31,8 @@ from starforge.server.api.deps import UserDep
 from starforge.server.app import create_app
 from starforge.server.db.sweeps import Sweep, SweepRun
 from starforge.server.runtime import Runtime
-from starforge.server.services import blobs, datasets, users
+from starforge.server.services.access import users
+from starforge.server.services.data import blobs, datasets
 from starforge.server.settings import Settings, load_settings
 
 from .factories import INVENTORY, PROFILES, FakeExecutor, insert_run, request, running_run
@@ -104,7 +105,7 @@ def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
         profiles=PROFILES,
         url="http://127.0.0.1:9999",
         embedded=False,
-        isolation="none",  # fake jobs share the server's identity (services/isolation.py)
+        isolation="none",  # fake jobs share the server's identity (services/access/isolation.py)
     )
 
 

@@ -19,7 +19,7 @@ from starforge.runner import datasets
 from starforge.runner.unpack import unpack
 from starforge.server.db.packs import BlobPack
 from starforge.server.runtime import Runtime
-from starforge.server.services import blobs
+from starforge.server.services.data import blobs
 
 
 def _sha(data: bytes) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from starforge.server.services.checkpoints import all_checkpoints, latest
+from starforge.server.services.runs.checkpoints import all_checkpoints, latest
 
 
 def hf(out: Path, step: int, *, complete: bool = True) -> Path:

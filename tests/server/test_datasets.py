@@ -16,7 +16,8 @@ from starforge.contract.errors import (
 )
 from starforge.contract.jobspec import FileEntry, InputKind, InputRef, Inputs
 from starforge.server.runtime import Runtime
-from starforge.server.services import blobs, datasets, jobs
+from starforge.server.services.data import blobs, datasets
+from starforge.server.services.runs import jobs
 
 from .factories import member, run_row, submit
 

@@ -13,7 +13,8 @@ from starforge.contract.errors import DatasetVersionExists, Rejected, SensitiveF
 from starforge.contract.jobspec import InputKind, InputRef, Inputs
 from starforge.contract.states import JobStatus
 from starforge.server.runtime import Runtime
-from starforge.server.services import blobs, datasets, jobs
+from starforge.server.services.data import blobs, datasets
+from starforge.server.services.runs import jobs
 
 from .factories import force, member, request
 from .test_datasets import push

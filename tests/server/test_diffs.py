@@ -1,6 +1,6 @@
-"""What differs between runs (``services/diffs``, ``GET /runs-diff``): each kind of difference shows
-up in its own section and nowhere else, a parameter is one row (not a second config row), and a
-comparison of too many runs, or of another member's run, is refused."""
+"""What differs between runs (``services/observability/diffs``, ``GET /runs-diff``): each kind of
+difference shows up in its own section and nowhere else, a parameter is one row (not a second config
+row), and a comparison of too many runs, or of another member's run, is refused."""
 
 from __future__ import annotations
 
@@ -18,7 +18,10 @@ from starforge.contract.errors import CompareRefused, RunNotFound
 from starforge.contract.jobspec import FileEntry, InputKind, InputRef, Inputs, JobSpec
 from starforge.server.app import create_app
 from starforge.server.runtime import Runtime
-from starforge.server.services import blobs, datasets, diffs, jobs, users
+from starforge.server.services.access import users
+from starforge.server.services.data import blobs, datasets
+from starforge.server.services.observability import diffs
+from starforge.server.services.runs import jobs
 from starforge.server.settings import Settings
 
 from .factories import TOKENS, FakeExecutor, member, package, run_row, spec

@@ -11,8 +11,9 @@ from starforge.contract.env import Binding
 from starforge.contract.layout import RunLayout
 from starforge.server.db.models import Run
 from starforge.server.runtime import Runtime
-from starforge.server.services import actions, dispatch, jobs, reconcile
-from starforge.server.services.users import token_digest
+from starforge.server.services.access.users import token_digest
+from starforge.server.services.runs import actions, jobs, reconcile
+from starforge.server.services.scheduling import dispatch
 
 from .factories import FakeExecutor, binding, member, report, run_row, running_run, schedule, submit
 

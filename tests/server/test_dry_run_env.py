@@ -21,7 +21,9 @@ from starforge.contract.env import Binding, job_env
 from starforge.contract.jobspec import JobSpec
 from starforge.project.lab import Lab
 from starforge.server.runtime import Runtime
-from starforge.server.services import blobs, dispatch, jobs
+from starforge.server.services.data import blobs
+from starforge.server.services.runs import jobs
+from starforge.server.services.scheduling import dispatch
 from starforge.server.settings import Settings, load_settings
 
 from .factories import INVENTORY, PROFILES, binding, run_row, schedule
@@ -36,7 +38,7 @@ def settings(tmp_path: Path) -> Settings:
         profiles=PROFILES,
         url="http://127.0.0.1:9999",
         hf_offline=False,
-        isolation="none",  # fake jobs share the server's identity (services/isolation.py)
+        isolation="none",  # fake jobs share the server's identity (services/access/isolation.py)
     )
 
 

@@ -10,7 +10,9 @@ from starforge.contract.api import SubmitRequest
 from starforge.contract.states import JobStatus
 from starforge.contract.steps import EVAL_REPORT
 from starforge.server.runtime import Runtime
-from starforge.server.services import blobs, dispatch, jobs
+from starforge.server.services.data import blobs
+from starforge.server.services.runs import jobs
+from starforge.server.services.scheduling import dispatch
 
 from .factories import member, package, report, run_row, schedule
 from .test_steps import SFT_FILES, sft_request, succeed

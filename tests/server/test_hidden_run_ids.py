@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from starforge.contract.auth import Role
 from starforge.server.runtime import Runtime
-from starforge.server.services import jobs, users
+from starforge.server.services.access import users
+from starforge.server.services.runs import jobs
 
 from .factories import schedule, submit
 

@@ -17,7 +17,8 @@ from starforge.contract.jobspec import InputKind, InputRef, Inputs, JobSpec
 from starforge.contract.lineage import parse_init_from
 from starforge.server.db.models import Run
 from starforge.server.runtime import Runtime
-from starforge.server.services import blobs, jobs
+from starforge.server.services.data import blobs
+from starforge.server.services.runs import jobs
 
 from .factories import insert_run, package, run_row, spec, submit
 

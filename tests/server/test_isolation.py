@@ -1,5 +1,5 @@
 """A server that cannot wall jobs off from each other runs one user's jobs only
-(services/isolation.py): with several users it refuses every run but an admin's, unless its
+(services/access/isolation.py): with several users it refuses every run but an admin's, unless its
 admin opted out with ``isolation: none``."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 
 from starforge.contract.errors import Rejected
 from starforge.server.runtime import Runtime
-from starforge.server.services import users
+from starforge.server.services.access import users
 
 from .factories import submit
 

@@ -12,7 +12,8 @@ from starforge.contract.jobspec import FileEntry
 from starforge.contract.states import EndReason, JobStatus
 from starforge.server.db.models import Event, Run
 from starforge.server.runtime import Runtime
-from starforge.server.services import actions, blobs, images, jobs
+from starforge.server.services.data import blobs, images
+from starforge.server.services.runs import actions, jobs
 
 from .factories import (
     FakeExecutor,

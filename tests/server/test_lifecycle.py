@@ -10,8 +10,8 @@ from starforge.contract.errors import Forbidden, RunNotFound, Unauthorized
 from starforge.contract.nodes import NodeRecord
 from starforge.contract.states import EndReason, JobStatus, NodeState
 from starforge.server.runtime import Runtime
-from starforge.server.services import lifecycle
-from starforge.server.services.lifecycle import decide
+from starforge.server.services.runs import lifecycle
+from starforge.server.services.runs.lifecycle import decide
 
 from .factories import (
     FakeExecutor,

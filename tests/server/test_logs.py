@@ -9,7 +9,8 @@ import pytest
 
 from starforge.contract.errors import NotFound
 from starforge.server.runtime import Runtime
-from starforge.server.services import actions, logs
+from starforge.server.services.observability import logs
+from starforge.server.services.runs import actions
 
 from .factories import member, report, run_row, running_run, submit
 

@@ -12,7 +12,10 @@ from starforge.contract.states import JobStatus
 from starforge.server.executors.local import LocalExecutor
 from starforge.server.executors.slurm import SlurmError
 from starforge.server.runtime import Runtime, build_runtime
-from starforge.server.services import dispatch, jobs, maintenance, users
+from starforge.server.services.access import users
+from starforge.server.services.labops import maintenance
+from starforge.server.services.runs import jobs
+from starforge.server.services.scheduling import dispatch
 from starforge.server.settings import Settings
 
 from .factories import (

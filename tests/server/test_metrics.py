@@ -19,7 +19,8 @@ from starforge.contract.api import (
 from starforge.contract.errors import Forbidden, RunNotFound, Unauthorized
 from starforge.server.app import create_app
 from starforge.server.runtime import Runtime
-from starforge.server.services import metrics, users
+from starforge.server.services.access import users
+from starforge.server.services.observability import metrics
 from starforge.server.settings import Settings
 
 from .factories import TOKENS, FakeExecutor, binding, member, running_run

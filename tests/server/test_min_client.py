@@ -19,7 +19,8 @@ from starforge.contract.api import (
 )
 from starforge.server.app import create_app
 from starforge.server.runtime import Runtime
-from starforge.server.services import dispatch, users
+from starforge.server.services.access import users
+from starforge.server.services.scheduling import dispatch
 from starforge.server.settings import Settings
 
 from .factories import TOKENS, FakeExecutor, binding, request, run_row

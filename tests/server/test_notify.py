@@ -15,7 +15,8 @@ from starforge.server import statemachine
 from starforge.server.db.labops import NotifyOutbox
 from starforge.server.db.models import Run
 from starforge.server.runtime import Runtime
-from starforge.server.services import actions, notify, reactions
+from starforge.server.services.labops import notify
+from starforge.server.services.runs import actions, reactions
 
 from .factories import member, report, running_run, submit
 

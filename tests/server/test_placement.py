@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from starforge.contract.profiles import Pool
-from starforge.server.services.scheduler import (
+from starforge.server.services.scheduling.scheduler import (
     Blocker,
     Decision,
     Holding,

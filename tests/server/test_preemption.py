@@ -11,8 +11,8 @@ from starforge.contract.states import JobStatus
 from starforge.server.db.models import Run
 from starforge.server.loops.scheduler import run_pass
 from starforge.server.runtime import Runtime
-from starforge.server.services import preemption
-from starforge.server.services.preemption import Holder, Preempt, Waiting, choose
+from starforge.server.services.scheduling import preemption
+from starforge.server.services.scheduling.preemption import Holder, Preempt, Waiting, choose
 from starforge.server.settings import NodeDef
 
 from .factories import FakeExecutor, report, run_row, running_run, submit

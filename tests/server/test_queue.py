@@ -9,7 +9,8 @@ from sqlalchemy import update
 from starforge.contract.states import JobStatus
 from starforge.server.db.models import Run
 from starforge.server.runtime import Runtime
-from starforge.server.services import actions, jobs, queue
+from starforge.server.services.runs import actions, jobs
+from starforge.server.services.scheduling import queue
 
 from .factories import member, schedule, submit
 

@@ -11,7 +11,8 @@ from fastapi.testclient import TestClient
 from starforge.contract.api import API_PREFIX, ClusterStatus, MyUsage, RunView, UserQuota
 from starforge.server.app import create_app
 from starforge.server.runtime import Runtime
-from starforge.server.services import dispatch, users
+from starforge.server.services.access import users
+from starforge.server.services.scheduling import dispatch
 from starforge.server.settings import Settings
 
 from .factories import TOKENS, FakeExecutor, request

@@ -11,7 +11,9 @@ from starforge.contract.errors import QuotaRejected, UsageError, UserNotFound
 from starforge.contract.states import JobStatus
 from starforge.server.db.models import Run
 from starforge.server.runtime import Runtime
-from starforge.server.services import jobs, queue, quotas, usage, users
+from starforge.server.services.access import users
+from starforge.server.services.runs import jobs
+from starforge.server.services.scheduling import queue, quotas, usage
 
 from .factories import member, report, request, run_row, schedule, submit
 

@@ -1,5 +1,5 @@
 """What a status change sets off is owed in its transaction and carried out by the leader's pass
-(``services/reactions``), exactly once whatever point a crash interrupts it at.
+(``services/runs/reactions``), exactly once whatever point a crash interrupts it at.
 
 A crash is a runtime dropped without its pass (before), a handler's work done without the row
 marked (after); the kill -9 during a publication is tests/integration/test_reactions_crash.py.
@@ -21,7 +21,8 @@ from starforge.server.db.labops import NotifyOutbox
 from starforge.server.db.models import Event, Run, utcnow
 from starforge.server.db.reactions import Reaction
 from starforge.server.runtime import Runtime, build_runtime
-from starforge.server.services import datasets, lifecycle, reactions
+from starforge.server.services.data import datasets
+from starforge.server.services.runs import lifecycle, reactions
 from starforge.server.settings import Settings
 from tests.server.factories import FakeExecutor, force, running_run
 from tests.server.test_datasets_output import submit_with_output, succeed_with_files

@@ -16,15 +16,16 @@ from starforge.contract.states import TRANSITIONS, EndReason, JobStatus, NodeEve
 from starforge.server import statemachine
 from starforge.server.db.models import Run, utcnow
 from starforge.server.runtime import Runtime
-from starforge.server.services import actions, dispatch, reconcile
-from starforge.server.services.lifecycle import decide
-from starforge.server.services.reconcile import (
+from starforge.server.services.runs import actions, reconcile
+from starforge.server.services.runs.lifecycle import decide
+from starforge.server.services.runs.reconcile import (
     REPORT_GRACE_S,
     Act,
     Clock,
     NodeFacts,
     judge_node,
 )
+from starforge.server.services.scheduling import dispatch
 
 from .factories import FakeExecutor, member, report, run_row, running_run, submit
 from .lifecycle_factories import beat, checkpoint, exit_record, runner_record

@@ -16,7 +16,9 @@ from starforge.contract.errors import ServerError
 from starforge.server.app import create_app
 from starforge.server.db.registries import RegistryLogin
 from starforge.server.runtime import Runtime
-from starforge.server.services import dispatch, registries, secrets, users
+from starforge.server.services.access import secrets, users
+from starforge.server.services.data import registries
+from starforge.server.services.scheduling import dispatch
 from starforge.server.settings import Settings
 
 from .factories import TOKENS, FakeExecutor, binding, report, request

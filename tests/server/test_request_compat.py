@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from starforge.contract.api import API_PREFIX, CLIENT_VERSION_HEADER, MIN_CLIENT_VERSION
 from starforge.server.app import create_app
 from starforge.server.runtime import Runtime
-from starforge.server.services import users
+from starforge.server.services.access import users
 from starforge.server.settings import Settings
 
 from .factories import TOKENS, FakeExecutor, request

@@ -17,7 +17,10 @@ from starforge.contract.reruns import RerunRequest
 from starforge.contract.states import JobStatus
 from starforge.server.db.models import Run
 from starforge.server.runtime import Runtime
-from starforge.server.services import blobs, datasets, jobs, reruns, sweeps, users
+from starforge.server.services.access import users
+from starforge.server.services.data import blobs, datasets
+from starforge.server.services.runs import jobs, reruns
+from starforge.server.services.workflows import sweeps
 
 from .factories import force, insert_run, member, package, run_row, spec, submit
 from .test_sweeps import sft_request

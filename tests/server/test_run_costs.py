@@ -1,5 +1,6 @@
-"""GPU-hours and cost per run and per attempt: the one computation (services/accounting.py) as a
-run's view and ``sf admin usage --by run`` read it, on a real database.
+"""GPU-hours and cost per run and per attempt: the one computation
+(services/scheduling/accounting.py) as a run's view and ``sf admin usage --by run`` read it, on a
+real database.
 
 This module's server prices h200 GPU-hours at 3.0 USD and h100 not at all."""
 
@@ -13,7 +14,8 @@ from sqlalchemy import select
 from starforge.contract.states import JobStatus
 from starforge.server.db.models import Attempt, utcnow
 from starforge.server.runtime import Runtime
-from starforge.server.services import accounting, actions, jobs
+from starforge.server.services.runs import actions, jobs
+from starforge.server.services.scheduling import accounting
 from starforge.server.settings import Settings
 
 from .factories import member, report, run_row, running_run, schedule

@@ -12,7 +12,8 @@ from starforge.contract.states import JobStatus
 from starforge.server.db.models import Attempt, Run, utcnow
 from starforge.server.loops import scheduler as loop
 from starforge.server.runtime import Runtime
-from starforge.server.services import actions, jobs, queue
+from starforge.server.services.runs import actions, jobs
+from starforge.server.services.scheduling import queue
 
 from .factories import FakeExecutor, member, report, run_row, schedule, submit
 

@@ -13,7 +13,8 @@ from starforge.contract.api import API_PREFIX, RUN_TOKEN_HEADER
 from starforge.contract.secrets import Mount, SecretRequest
 from starforge.server.app import create_app
 from starforge.server.runtime import Runtime
-from starforge.server.services import dispatch, users
+from starforge.server.services.access import users
+from starforge.server.services.scheduling import dispatch
 from starforge.server.settings import Settings
 
 from .factories import TOKENS, FakeExecutor, binding, report, request

@@ -17,8 +17,8 @@ from starforge.contract.secrets import SecretRequest, SecretSet
 from starforge.server.db.models import Run
 from starforge.server.db.secrets import Secret
 from starforge.server.runtime import Runtime
-from starforge.server.services import secret_keys, secrets
-from starforge.server.services.users import Caller
+from starforge.server.services.access import secret_keys, secrets
+from starforge.server.services.access.users import Caller
 
 from .factories import binding, schedule, submit
 

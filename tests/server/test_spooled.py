@@ -11,7 +11,9 @@ from starforge.contract.api import IngestRequest
 from starforge.contract.layout import RunLayout
 from starforge.contract.states import JobStatus
 from starforge.server.runtime import Runtime
-from starforge.server.services import actions, dispatch, metrics
+from starforge.server.services.observability import metrics
+from starforge.server.services.runs import actions
+from starforge.server.services.scheduling import dispatch
 from tests.server.factories import binding, member, report, run_row, running_run, schedule
 
 

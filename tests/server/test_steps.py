@@ -19,7 +19,9 @@ from starforge.server.db.models import Run
 from starforge.server.db.steps import RunStep
 from starforge.server.executors.slurm_compile import BatchJob, Component, compile_batch
 from starforge.server.runtime import Runtime
-from starforge.server.services import actions, blobs, exports, jobs, pipelines
+from starforge.server.services.data import blobs
+from starforge.server.services.runs import actions, jobs
+from starforge.server.services.workflows import exports, pipelines
 
 from .factories import member, package, report, run_row, schedule, spec
 from .lifecycle_factories import checkpoint

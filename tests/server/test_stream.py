@@ -22,7 +22,9 @@ from starforge.contract.api import API_PREFIX, StreamEnd, StreamLog, StreamStatu
 from starforge.contract.states import JobStatus
 from starforge.server.app import create_app
 from starforge.server.runtime import Runtime
-from starforge.server.services import actions, jobs, logs, users
+from starforge.server.services.access import users
+from starforge.server.services.observability import logs
+from starforge.server.services.runs import actions, jobs
 from starforge.server.settings import Settings
 
 from .factories import (

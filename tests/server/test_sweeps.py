@@ -14,7 +14,9 @@ from starforge.contract.sweeps import EarlyStop, SweepRequest
 from starforge.server.db.metrics import MetricPoint
 from starforge.server.db.models import Run
 from starforge.server.runtime import Runtime
-from starforge.server.services import actions, jobs, lifecycle, metrics, sweeps
+from starforge.server.services.observability import metrics
+from starforge.server.services.runs import actions, jobs, lifecycle
+from starforge.server.services.workflows import sweeps
 
 from .factories import (
     FakeExecutor,

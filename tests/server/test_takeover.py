@@ -8,7 +8,7 @@ from starforge.contract.layout import RunLayout
 from starforge.contract.states import NodeState
 from starforge.server.loops import takeover
 from starforge.server.runtime import Runtime
-from starforge.server.services import dispatch
+from starforge.server.services.scheduling import dispatch
 
 from .factories import FakeExecutor, run_row, submit
 

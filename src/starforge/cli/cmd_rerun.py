@@ -2,7 +2,7 @@
 
 Nothing is read from the lab and nothing is uploaded: the server reuses the run's package, its
 parameters, its image and dataset versions as pinned, its profile and inputs
-(``server/services/reruns``). The command says which keys the overrides changed, from what.
+(``server/services/runs/reruns``). The command says which keys the overrides changed, from what.
 Registered on the ``sf job`` app by :mod:`starforge.cli.cmd_job`.
 """
 

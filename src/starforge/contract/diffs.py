@@ -1,8 +1,9 @@
 """What differs between runs: the answer of ``GET /api/v1/runs-diff?run=A&run=B[&run=C…]``.
 
-The server compares (``server/services/diffs.py``); ``sf job diff`` and the console's compare page
-show the same document. Each compared fact of a run is a *key* in a *section*; a row is kept only
-when the runs do not all hold the same value for it, and ``same`` counts the keys that they do.
+The server compares (``server/services/observability/diffs.py``); ``sf job diff`` and the console's
+compare page show the same document. Each compared fact of a run is a *key* in a *section*; a row is
+kept only when the runs do not all hold the same value for it, and ``same`` counts the keys that
+they do.
 
 A value is the JSON text of what the run recorded (``json.dumps`` with sorted keys, so a float
 is ``1e-05`` and a string is quoted), or ``None`` when the run has no such key: ``"null"`` (a

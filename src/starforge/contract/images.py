@@ -8,7 +8,7 @@ Also the two pure rules both sides share: which image a run gets (:func:`resolve
 the catalog's image for the method's runtime) and whether a registry is allowed
 (:func:`registry_allowed`: an entry ``HOST[:PORT][/PREFIX]`` allows the images under it; no
 entries at all allows every registry). Reading the server's tables and speaking to registries
-happen elsewhere (``server/services/images.py``, ``server/registry.py``).
+happen elsewhere (``server/services/data/images.py``, ``server/registry.py``).
 """
 
 from __future__ import annotations

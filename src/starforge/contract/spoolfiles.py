@@ -4,10 +4,10 @@ The report SDK (:class:`starforge.client.sender.Spool`) writes the bodies it cou
 JSON lines in ``out/.starforge/report-spool/spool-<host>-<pid>-<id>.jsonl``, and a process that
 replays one renames it ``<name>.<pid>.sending`` first. After the job, its runner sends what is
 left (:mod:`starforge.runner.spooldrain`) and the server ingests the rest when it ends the run
-(:mod:`starforge.server.services.spooled`). Both may hold more rights than the job (root, on a
-server that gives each run a uid), and the folder is the job's: so nothing here follows a link,
-the folders ``.starforge`` and ``report-spool`` included (``O_NOFOLLOW`` from ``out`` down), only
-regular files are read, at most ``max_bytes`` in all, and nothing is ever written there; a file
+(:mod:`starforge.server.services.observability.spooled`). Both may hold more rights than the job
+(root, on a server that gives each run a uid), and the folder is the job's: so nothing here follows
+a link, the folders ``.starforge`` and ``report-spool`` included (``O_NOFOLLOW`` from ``out`` down),
+only regular files are read, at most ``max_bytes`` in all, and nothing is ever written there; a file
 is only removed, by name, in the folder that was opened. A line that is not a JSON object (cut by
 a crash mid-write) is skipped. Kept in ``contract`` beside :mod:`starforge.contract.atomic`:
 the runner and the server may not import each other.

@@ -12,7 +12,7 @@ finish, the end reason says whether the training crashed (``exit_nonzero``), the
 
 Each node of an attempt has its own small state machine (:class:`NodeState`, moved by a
 :class:`NodeEvent` as :data:`NODE_TRANSITIONS` says); the run's status is derived from the nodes'
-records when they all ended or one failed (``server/services/lifecycle.decide``).
+records when they all ended or one failed (``server/services/runs/lifecycle.decide``).
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@
 The grid is a cartesian product of ``-g KEY=V1,V2,...`` axes, at most :data:`MAX_VARIANTS`
 combinations; each value is typed and checked against the method's declaration exactly like a
 ``-s`` value (:func:`starforge.contract.params.parse_sets`), so a sweep is refused before anything
-is packed. Early stopping is ASHA on one reported metric (see ``server/services/asha.py``): at each
-rung (a step count) the variants outside the top ``1/keep`` of those that reached it are stopped.
-These are the request and response bodies of ``/api/v1/sweeps``.
+is packed. Early stopping is ASHA on one reported metric (see
+``server/services/workflows/asha.py``): at each rung (a step count) the variants outside the top
+``1/keep`` of those that reached it are stopped. These are the request and response bodies of
+``/api/v1/sweeps``.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ control plane's beacon when it moved, for at most the beacon's ``report_drain_s`
 setting). A spool file is removed once every body in it was taken. A server that refuses the job's
 token (a newer attempt holds the run) stops the drain at once; a body it refuses as malformed is
 dropped. Whatever is left when the time runs out stays where it is: the server ingests it when it
-ends the run (:mod:`starforge.server.services.spooled`). Points are stored by (run, key, step),
-so a body that both the runner and the server deliver is stored once.
+ends the run (:mod:`starforge.server.services.observability.spooled`). Points are stored by (run,
+key, step), so a body that both the runner and the server deliver is stored once.
 
 The spool folder is the job's, and the runner may be root: it is read through
 :mod:`starforge.contract.spoolfiles` (no link followed, nothing written, files only removed).

@@ -58,8 +58,8 @@ from starforge.server.loops.reconciler import reconciler_loop
 from starforge.server.loops.scheduler import scheduler_loop
 from starforge.server.loops.sweeps import sweep_loop
 from starforge.server.runtime import Runtime, build_runtime
-from starforge.server.services import lifecycle as run_lifecycle
-from starforge.server.services import users
+from starforge.server.services.access import users
+from starforge.server.services.runs import lifecycle as run_lifecycle
 from starforge.server.settings import Settings, secure_home
 
 log = logging.getLogger(__name__)

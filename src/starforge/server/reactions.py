@@ -2,7 +2,7 @@
 
 :func:`owed` is the one table of them, read by ``statemachine.transition`` in the transition's
 transaction; :func:`record` writes them to the outbox (``db/reactions.py``) in that same
-transaction. Who carries each kind out is ``services/reactions.py`` (its handlers, run by the
+transaction. Who carries each kind out is ``services/runs/reactions.py`` (its handlers, run by the
 leader): this module, like the status writer that uses it, imports nothing above the database.
 
 - ``notify``: a terminal status owes the webhooks of the endpoints that follow it;

@@ -34,8 +34,8 @@ from starforge.server.settings import NodeDef, Settings
 from starforge.server.storage import Storage
 
 if TYPE_CHECKING:
-    from starforge.server.services.queue import QueueMemo
-    from starforge.server.services.scheduler import QueuePass
+    from starforge.server.services.scheduling.queue import QueueMemo
+    from starforge.server.services.scheduling.scheduler import QueuePass
 
 
 def free_port() -> int:
@@ -68,7 +68,8 @@ class Runtime:
     leader: bool = False
     # The scheduler's latest pass: what views of queued runs read (they never plan themselves).
     queue_pass: QueuePass | None = None
-    # The queued runs as the scheduler last parsed them (``services/queue``): read, not parsed.
+    # The queued runs as the scheduler last parsed them (``services/scheduling/queue``): read, not
+    # parsed.
     queue_memo: QueueMemo | None = None
     _loop: asyncio.AbstractEventLoop | None = None
     _wake: asyncio.Event | None = None

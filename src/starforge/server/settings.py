@@ -195,7 +195,7 @@ class Settings(BaseSettings):
     lost_after_s: float = Field(default=30.0, gt=0)
     # After its job ends, node 0's runner sends the curves the job could not deliver for at most
     # this long (retrying, with backoff) before it reports the exit; what is left the server
-    # takes from the run's folder when it ends the run (services/spooled.py).
+    # takes from the run's folder when it ends the run (services/observability/spooled.py).
     report_drain_s: float = Field(default=60.0, ge=0)
     embedded: bool = True
     profiles: list[ProfileDef] = Field(default_factory=default_profiles)
@@ -247,8 +247,8 @@ class Settings(BaseSettings):
     allowed_registries: list[str] = Field(default_factory=list)
     insecure_registries: list[str] = Field(default_factory=list)
     registry_timeout_s: float = Field(default=5.0, gt=0)
-    # Gated-model preflight at admission (services/hub_preflight): a hub --model is looked up on
-    # the hub with the user's HF_TOKEN secret. ``auto``: on when jobs reach the hub (hf_offline
+    # Gated-model preflight at admission (services/data/hub_preflight): a hub --model is looked up
+    # on the hub with the user's HF_TOKEN secret. ``auto``: on when jobs reach the hub (hf_offline
     # false) and the server is not in HF_HUB_OFFLINE mode; ``off`` for air-gapped sites; ``strict``
     # rejects when the hub cannot be reached (``on`` only warns). ``hf_endpoint``: "" is
     # $HF_ENDPOINT, else huggingface_hub's default.

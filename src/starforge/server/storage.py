@@ -11,7 +11,7 @@ agree on). Guarantees: a blob path exists only with content that hashes to its n
 temporary file in the same directory, fsynced, verified while streaming, then renamed into
 place), so a crash or a bad upload never leaves a half-written or wrong blob; an upload is cut off
 at its size limit, and the temporary file of a killed upload is removed at the next start. A
-packed blob (``services.blobs.store_batch``) is stored once the database records its extent
+packed blob (``services.data.blobs.store_batch``) is stored once the database records its extent
 (``db.packs``, asked through ``locate``); :meth:`Storage.open_blob` reads either kind, exactly
 the blob's bytes, and :meth:`Storage.has` / :meth:`Storage.missing` count both.
 

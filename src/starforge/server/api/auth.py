@@ -25,7 +25,7 @@ from starforge.server.api.authz import (
     SetsUnixUser,
 )
 from starforge.server.api.deps import RuntimeDep
-from starforge.server.services import accounts
+from starforge.server.services.access import accounts
 
 router = APIRouter()
 

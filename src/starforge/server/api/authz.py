@@ -1,7 +1,7 @@
 """Authorization as a table: every route declares who may call it and on whose objects.
 
 A route states its rule with one dependency, ``authorize(RULE)``: the calling user (a
-:class:`~starforge.server.services.users.Caller`) for rules that need a user, nothing for the
+:class:`~starforge.server.services.access.users.Caller`) for rules that need a user, nothing for the
 public and the runner's routes. The rule is recorded on the dependency itself (``authz_rule``),
 so the app's route table *is* the authorization table: ``tests/server/test_authz_matrix.py`` walks
 every route × role × owner/other, fails for a route that declares no rule (a new endpoint cannot
@@ -18,7 +18,7 @@ What a rule means:
   ``run`` (the run named in the path, or each run a ``run`` query parameter names): a viewer or
   member reaches only their own runs, and another user's run answers 404 as if it did not exist;
   an operator or admin reaches everyone's. The services apply it through
-  :func:`starforge.server.services.users.visible_runs`.
+  :func:`starforge.server.services.access.users.visible_runs`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from starforge.contract.auth import Role
 from starforge.contract.errors import Forbidden
 from starforge.server.api.deps import RuntimeDep
 from starforge.server.runtime import Runtime
-from starforge.server.services import users
+from starforge.server.services.access import users
 
 
 class Who(StrEnum):

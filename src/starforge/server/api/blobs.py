@@ -17,7 +17,7 @@ from starforge.contract.api import MissingBlobsRequest, MissingBlobsResponse
 from starforge.server.api.authz import Submitter
 from starforge.server.api.bodies import body_doc, json_body
 from starforge.server.api.deps import RuntimeDep
-from starforge.server.services import blobs
+from starforge.server.services.data import blobs
 
 router = APIRouter()
 

@@ -7,7 +7,7 @@ from fastapi import APIRouter
 from starforge.contract.api import ClusterStatus, MyUsage, QuotaList, QuotaUpdate, UserQuota
 from starforge.server.api.authz import ListsQuotas, Reader, ReadSelf, ReadsQuota, SetsQuota
 from starforge.server.api.deps import RuntimeDep
-from starforge.server.services import quotas, usage
+from starforge.server.services.scheduling import quotas, usage
 
 router = APIRouter()
 

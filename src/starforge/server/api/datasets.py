@@ -1,4 +1,5 @@
-"""Dataset routes: push (commit) a version, list, show, visibility. Thin: see services/datasets."""
+"""Dataset routes: push (commit) a version, list, show, visibility. Thin: see
+services/data/datasets."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from starforge.contract.datasets import (
 from starforge.server.api.authz import Reader, Submitter
 from starforge.server.api.bodies import body_doc, json_body
 from starforge.server.api.deps import RuntimeDep
-from starforge.server.services import datasets
+from starforge.server.services.data import datasets
 
 router = APIRouter()
 

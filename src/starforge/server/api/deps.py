@@ -15,7 +15,7 @@ from starforge.contract import versions
 from starforge.contract.api import CLIENT_VERSION_HEADER, MIN_CLIENT_VERSION
 from starforge.contract.errors import ClientTooOld, InvalidSpec
 from starforge.server.runtime import Runtime
-from starforge.server.services import users
+from starforge.server.services.access import users
 
 
 async def get_runtime(request: Request) -> Runtime:

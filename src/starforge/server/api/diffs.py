@@ -1,4 +1,5 @@
-"""``GET /runs-diff?run=A&run=B[&run=C…]``: what differs between 2 to 8 runs (services/diffs).
+"""``GET /runs-diff?run=A&run=B[&run=C…]``: what differs between 2 to 8 runs
+(services/observability/diffs).
 
 Each run named is read under the ``read-run`` rule, as ``GET /runs/{ref}`` reads it: a viewer or
 member compares their own runs (another's answers 404), an operator or admin anyone's."""
@@ -12,7 +13,7 @@ from fastapi import APIRouter, Query
 from starforge.contract.diffs import RunDiff
 from starforge.server.api.authz import ReadRun
 from starforge.server.api.deps import RuntimeDep
-from starforge.server.services import diffs
+from starforge.server.services.observability import diffs
 
 router = APIRouter()
 

@@ -39,7 +39,7 @@ from starforge.contract.api import CLIENT_VERSION_HEADER, MIN_CLIENT_VERSION, RU
 from starforge.contract.errors import StarForgeError
 from starforge.server.api import authz, bodies, deps, errors
 from starforge.server.runtime import Runtime
-from starforge.server.services import users
+from starforge.server.services.access import users
 
 DRAIN_BYTES = 64 << 10  # a refused body up to this is read and dropped; beyond, the socket closes
 

@@ -1,6 +1,6 @@
 """Admin routes for images: framework defaults, the registry allowlist and registry logins
 (admins only), and the runner's fetch of its image's registry login (its run token only). No
-route returns a password except the runner's (``services/registries.for_runner``)."""
+route returns a password except the runner's (``services/data/registries.for_runner``)."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ from starforge.server.api.authz import (
     runner,
 )
 from starforge.server.api.deps import RuntimeDep
-from starforge.server.services import images, registries
-from starforge.server.services import lifecycle as run_lifecycle
+from starforge.server.services.data import images, registries
+from starforge.server.services.runs import lifecycle as run_lifecycle
 
 router = APIRouter()
 

@@ -28,7 +28,7 @@ from starforge.contract.api import (
 from starforge.server.api.authz import Reader, ReadRun, runner
 from starforge.server.api.bodies import parse_json, require_json
 from starforge.server.api.deps import RuntimeDep
-from starforge.server.services import metrics
+from starforge.server.services.observability import metrics
 
 router = APIRouter()
 

@@ -34,8 +34,9 @@ from starforge.server.api.authz import (
     authorize,
 )
 from starforge.server.api.deps import RuntimeDep
-from starforge.server.services import accounting, maintenance, notify
-from starforge.server.services.users import Caller
+from starforge.server.services.access.users import Caller
+from starforge.server.services.labops import maintenance, notify
+from starforge.server.services.scheduling import accounting
 
 router = APIRouter()
 

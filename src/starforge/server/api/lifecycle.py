@@ -16,7 +16,7 @@ from starforge.contract.api import (
 )
 from starforge.server.api.authz import runner
 from starforge.server.runtime import Runtime
-from starforge.server.services import lifecycle
+from starforge.server.services.runs import lifecycle
 
 router = APIRouter()
 

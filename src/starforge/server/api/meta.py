@@ -12,7 +12,7 @@ from starforge.server.api.authz import PUBLIC, Reader, ReadSelf, authorize
 from starforge.server.api.deps import RuntimeDep
 from starforge.server.containers import describe as describe_containers
 from starforge.server.db.engine import describe_url
-from starforge.server.services import images
+from starforge.server.services.data import images
 
 router = APIRouter()
 

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Response
 from starforge.contract.api import ExportRequest, SubmitResponse
 from starforge.server.api.authz import ActOnRun
 from starforge.server.api.deps import RuntimeDep
-from starforge.server.services import exports
+from starforge.server.services.workflows import exports
 
 router = APIRouter()
 

@@ -22,11 +22,12 @@ from starforge.contract.states import JobStatus
 from starforge.server.api.authz import ActOnRun, Reader, ReadRun, Submitter
 from starforge.server.api.bodies import body_doc, json_body
 from starforge.server.api.deps import RuntimeDep
-from starforge.server.services import actions, jobs, logs, reruns
+from starforge.server.services.observability import logs
+from starforge.server.services.runs import actions, jobs, reruns
 
 if TYPE_CHECKING:
     from starforge.server.runtime import Runtime
-    from starforge.server.services.users import Caller
+    from starforge.server.services.access.users import Caller
 
 router = APIRouter()
 

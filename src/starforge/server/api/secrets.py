@@ -1,6 +1,6 @@
 """Secrets routes: a user's own (and, for admins, the lab's) secrets, the runner's fetch at start,
 and the admins' key rotation. No route returns a value except the runner's, which answers only
-the run's own runner token (``services/secrets.for_runner``)."""
+the run's own runner token (``services/access/secrets.for_runner``)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from starforge.contract.secrets import (
 )
 from starforge.server.api.authz import ManageSelf, ReadSelf, RotatesSecretsKey, runner
 from starforge.server.api.deps import RuntimeDep
-from starforge.server.services import lifecycle as run_lifecycle
-from starforge.server.services import secrets
+from starforge.server.services.access import secrets
+from starforge.server.services.runs import lifecycle as run_lifecycle
 
 router = APIRouter()
 

@@ -1,9 +1,10 @@
 """``GET /runs/{ref}/logs/stream``: a run's log as Server-Sent Events, resumable by event id.
 
 The stream itself (which events, in what order, where it resumes) is
-:class:`starforge.server.services.logs.Follower`; this router only finds where to start (by
-``Last-Event-ID``, ``?from=`` or ``?tail=N``; ``?node=R`` follows one node alone) and writes each
-typed event as SSE, with keep-alive comments every ``PING_S`` seconds while nothing else goes out.
+:class:`starforge.server.services.observability.logs.Follower`; this router only finds where to
+start (by ``Last-Event-ID``, ``?from=`` or ``?tail=N``; ``?node=R`` follows one node alone) and
+writes each typed event as SSE, with keep-alive comments every ``PING_S`` seconds while nothing else
+goes out.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from starforge.contract.api import INT32_MAX, SSE_STATUS
 from starforge.server.api.authz import ReadRun
 from starforge.server.api.deps import RuntimeDep
-from starforge.server.services import logs
+from starforge.server.services.observability import logs
 
 router = APIRouter()
 

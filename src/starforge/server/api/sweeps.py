@@ -14,7 +14,7 @@ from starforge.contract.sweeps import SweepCreated, SweepList, SweepRequest, Swe
 from starforge.server.api.authz import ActOnRun, Reader, ReadRun, Submitter
 from starforge.server.api.bodies import body_doc, json_body
 from starforge.server.api.deps import RuntimeDep
-from starforge.server.services import sweeps
+from starforge.server.services.workflows import sweeps
 
 router = APIRouter()
 

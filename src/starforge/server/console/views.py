@@ -4,12 +4,14 @@ may take on a run or a sweep now.
 Artifacts are the files under the run's output folder (``<run dir>/out``): checkpoints, the final
 model, summaries. Hidden files and folders (e.g. the report SDK's spool) are left out; the list is
 capped so a run with a million shards cannot make the page unusable. The job wrote that folder:
-it is walked by ``services/artifacts`` (links never followed, names that are not UTF-8 escaped).
+it is walked by ``services/observability/artifacts`` (links never followed, names that are not UTF-8
+escaped).
 
 Allowed actions are what the API would accept, decided by the same rules as the action routes:
 the authorization table's rule for acting on a run (:data:`authz.ACT_ON_RUN`, which the routes
 ``POST /runs/{ref}/stop|pause|resume|retry`` and ``POST /sweeps/{id}/stop`` declare; a test keeps
-them in step) and each action's allowed statuses (``contract/states``, ``services/sweeps``).
+them in step) and each action's allowed statuses (``contract/states``,
+``services/workflows/sweeps``).
 """
 
 from __future__ import annotations
@@ -20,10 +22,13 @@ from starforge.contract.errors import Forbidden
 from starforge.contract.states import PAUSABLE, RESUMABLE, RETRYABLE, STOPPABLE, JobStatus
 from starforge.server.api import authz
 from starforge.server.runtime import Runtime
-from starforge.server.services import artifacts as out_files
-from starforge.server.services import jobs, sweeps, users
+from starforge.server.services.access import users
+from starforge.server.services.observability import artifacts as out_files
+from starforge.server.services.runs import jobs
+from starforge.server.services.workflows import sweeps
 
-# Each action on a run and the statuses it starts from (services/actions.py checks the same sets).
+# Each action on a run and the statuses it starts from (services/runs/actions.py checks the same
+# sets).
 RUN_ACTIONS: dict[RunAction, frozenset[JobStatus]] = {
     "stop": STOPPABLE,
     "pause": PAUSABLE,

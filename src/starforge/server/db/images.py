@@ -1,6 +1,6 @@
 """The admins' image settings: a default image per framework and the registry allowlist.
 
-Both are read at every admission (``server/services/images.py``) and written only through the
+Both are read at every admission (``server/services/data/images.py``) and written only through the
 admin routes; ``server.yaml`` adds to them (``runtime_images``, ``allowed_registries``).
 """
 

@@ -3,9 +3,9 @@
 * ``daily_gpu_quotas``: a user's GPU-hours per UTC day an admin set (else the server's
   ``daily_gpu_hours`` default; none: no daily limit).
 * ``usage_summaries``: GPU-hours of ended attempts per (UTC day, user, project, series), added to
-  in the transaction that ends an attempt (``services/accounting.attempt_ended``), so reading a
-  year of usage reads one row per day and user and project, not every attempt. An attempt still
-  running is not in it: readers add it from the attempt's own start up to now.
+  in the transaction that ends an attempt (``services/scheduling/accounting.attempt_ended``), so
+  reading a year of usage reads one row per day and user and project, not every attempt. An attempt
+  still running is not in it: readers add it from the attempt's own start up to now.
 * ``maintenance`` (one row, id 1) and ``maintenance_paused`` (the runs a drain paused, in the
   order it found them): kept in the database so a drain survives a server restart.
 * ``notify_endpoints`` (a user's webhook URLs; the HMAC secret, sealed at rest, is kept to sign
@@ -83,7 +83,7 @@ class NotifyEndpoint(Base):
     url: Mapped[str] = mapped_column(String(2048))
     events: Mapped[list[str]] = mapped_column(JSON)
     project: Mapped[str | None] = mapped_column(String(100), nullable=True)
-    # The HMAC secret that signs payloads, sealed like a secret (``services/secret_keys``,
+    # The HMAC secret that signs payloads, sealed like a secret (``services/access/secret_keys``,
     # bound to ``webhook/USER/ID``): base64(nonce || AES-GCM ciphertext) and the key's id. Never
     # sent back. ``key_id`` "": a row from before migration 0021, still in the clear until the
     # leader's notify pass seals it.

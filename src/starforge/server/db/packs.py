@@ -52,7 +52,7 @@ def record(session: Session, pack: str, extents: dict[str, Extent]) -> None:
         return
     now = utcnow()
     if session.get_bind().dialect.name == "sqlite":
-        # One statement for the whole batch (see services.blobs.record_many for why).
+        # One statement for the whole batch (see services.data.blobs.record_many for why).
         rows = json.dumps([[d, e.offset, e.size] for d, e in extents.items()])
         session.execute(_SQLITE_RECORD, {"pack": pack, "rows": rows, "now": now})
         return

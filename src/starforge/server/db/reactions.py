@@ -2,7 +2,7 @@
 
 The status writer inserts a row in the transaction of the transition (``server/reactions.py``
 says which), so a reaction exists exactly when its transition does. The leader's reactions loop
-(``services/reactions.py``) carries each out and marks it done; a handler that fails is tried
+(``services/runs/reactions.py``) carries each out and marks it done; a handler that fails is tried
 again later (``due_at``, ``tries``, ``last_error``), and a handler is idempotent, so a crash at
 any point neither loses nor repeats what it does.
 """

@@ -1,10 +1,10 @@
 """Registry logins: one per registry host, the password sealed at rest
-(``server/services/registries.py`` owns them).
+(``server/services/data/registries.py`` owns them).
 
 A row holds the username in the clear (``sf admin registry ls`` shows it) and the password only as
 ciphertext with the id of the key that sealed it: the secrets' key ring
-(``services/secret_keys``), bound to the row's host, so a copy of the database reveals no password
-and a ciphertext moved to another host does not open.
+(``services/access/secret_keys``), bound to the row's host, so a copy of the database reveals no
+password and a ciphertext moved to another host does not open.
 """
 
 from __future__ import annotations

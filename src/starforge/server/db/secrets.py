@@ -1,4 +1,5 @@
-"""Users' and the lab's secrets, encrypted at rest (``server/services/secrets.py`` owns them).
+"""Users' and the lab's secrets, encrypted at rest (``server/services/access/secrets.py`` owns
+them).
 
 A row holds the ciphertext and the id of the key that sealed it, never the value: the key lives
 outside the database (a 0600 file in the server's folder, or the environment), so a copy of the

@@ -26,8 +26,8 @@ are ``slurm:<jobid>:<rank>``: every node of an attempt shares its job.
 - ``adopt``: a runner under Slurm records its job id; a server that died between ``sbatch`` and
   recording the start adopts the job by that id.
 - A member's attempt runs as the member's Unix account: the bindings' ``job_user``
-  (``services/isolation.job_account``). Before ``sbatch --uid/--gid`` the run's folder and the
-  member's folder of runs are handed to that account and closed to every other (0700), so its
+  (``services/access/isolation.job_account``). Before ``sbatch --uid/--gid`` the run's folder and
+  the member's folder of runs are handed to that account and closed to every other (0700), so its
   runners (which run as it, not as root) write their logs and records there, and no other
   member's job can enter them. The server, root, still reads and writes them.
 """

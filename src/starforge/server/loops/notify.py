@@ -1,4 +1,5 @@
-"""The notify loop: delivers the webhook outbox (``services/notify``), in the leading process only.
+"""The notify loop: delivers the webhook outbox (``services/labops/notify``), in the leading process
+only.
 
 It runs beside the scheduler and reconciler while this process leads, so one process sends each
 payload; it polls every :data:`TICK_S` (a due payload waits at most that long) and does its HTTP
@@ -12,7 +13,7 @@ import logging
 
 from starforge.server.db import outage
 from starforge.server.runtime import Runtime
-from starforge.server.services import notify
+from starforge.server.services.labops import notify
 
 log = logging.getLogger(__name__)
 TICK_S = 0.5

@@ -1,4 +1,4 @@
-"""The reactions loop: carries out what status changes set off (``services/reactions``), in the
+"""The reactions loop: carries out what status changes set off (``services/runs/reactions``), in the
 leading process only, beside the scheduler and the reconciler.
 
 It polls every :data:`TICK_S` (an owed reaction waits at most that long) and runs the handlers in a
@@ -12,7 +12,7 @@ import logging
 
 from starforge.server.db import outage
 from starforge.server.runtime import Runtime
-from starforge.server.services import reactions
+from starforge.server.services.runs import reactions
 
 log = logging.getLogger(__name__)
 TICK_S = 0.5

@@ -2,9 +2,9 @@
 
 On start it publishes the control plane's beacon (URL, heartbeat interval) at the storage root,
 so runners that outlived an earlier server find this one. Each tick runs
-:func:`starforge.server.services.reconcile.reconcile` in a worker thread under the runtime's loop
-lock, so it never sees an attempt whose nodes are being started. A tick that fails is logged and
-the next one runs: every tick decides from the database and the run dirs alone.
+:func:`starforge.server.services.runs.reconcile.reconcile` in a worker thread under the runtime's
+loop lock, so it never sees an attempt whose nodes are being started. A tick that fails is logged
+and the next one runs: every tick decides from the database and the run dirs alone.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import logging
 
 from starforge.server.db import outage
 from starforge.server.runtime import Runtime
-from starforge.server.services import lifecycle, maintenance, reconcile
+from starforge.server.services.labops import maintenance
+from starforge.server.services.runs import lifecycle, reconcile
 
 log = logging.getLogger(__name__)
 TICK_S = 1.0

@@ -4,7 +4,7 @@ The pass itself (database work, binding files, process starts) runs in a worker 
 event loop keeps serving requests; the runtime's loop lock keeps it apart from the reconciler.
 The wake event is cleared *before* a pass, so a wake-up that arrives during a pass causes another.
 Each pass is also what views of queued runs show (their place and why they wait): the pass keeps
-its decisions on the runtime (``services/queue``), and reads never plan on their own.
+its decisions on the runtime (``services/scheduling/queue``), and reads never plan on their own.
 
 A burst of submissions is gathered: when only arrivals woke it, the next pass waits until
 :data:`GATHER_FACTOR` times the latest pass's duration has gone by (at most :data:`MAX_GATHER_S`),
@@ -29,7 +29,7 @@ import time
 
 from starforge.server.db import outage
 from starforge.server.runtime import Runtime
-from starforge.server.services import dispatch, preemption, queue
+from starforge.server.services.scheduling import dispatch, preemption, queue
 
 log = logging.getLogger(__name__)
 TICK_S = 1.0

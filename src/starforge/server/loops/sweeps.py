@@ -1,7 +1,8 @@
 """The sweep loop (leader only): once a second, early-stop the sweep variants ASHA rules out.
 
-Each tick runs :func:`starforge.server.services.sweeps.early_stop_pass` in a worker thread; it
-decides from the database alone (metrics and statuses), so a killed tick is simply redone.
+Each tick runs :func:`starforge.server.services.workflows.sweeps.early_stop_pass` in a worker
+thread; it decides from the database alone (metrics and statuses), so a killed tick is simply
+redone.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import logging
 
 from starforge.server.db import outage
 from starforge.server.runtime import Runtime
-from starforge.server.services import sweeps
+from starforge.server.services.workflows import sweeps
 
 log = logging.getLogger(__name__)
 TICK_S = 1.0

@@ -1,9 +1,9 @@
 """Taking over: finish the starts a leader that died left half-done, then lead.
 
-A scheduler pass commits a placement first and starts the runners after (``services/dispatch``),
-so a leader killed in between leaves nodes that are ``pending`` with no executor reference. Once
-this process is elected, the old leader is gone (its database session, and with it the lock, is
-gone), so nothing else will start those nodes:
+A scheduler pass commits a placement first and starts the runners after
+(``services/scheduling/dispatch``), so a leader killed in between leaves nodes that are ``pending``
+with no executor reference. Once this process is elected, the old leader is gone (its database
+session, and with it the lock, is gone), so nothing else will start those nodes:
 
 1. if there are any, wait :data:`GRACE_S`: a runner the old leader launched just before dying
    writes its runner record first thing, and the reconciler adopts it from that record;
@@ -26,7 +26,8 @@ from starforge.contract.layout import RunLayout
 from starforge.contract.states import JobStatus, NodeState
 from starforge.server.executors.base import NodeLaunch
 from starforge.server.runtime import Runtime
-from starforge.server.services import admission, dispatch
+from starforge.server.services.runs import admission
+from starforge.server.services.scheduling import dispatch
 
 log = logging.getLogger(__name__)
 GRACE_S = 5.0

@@ -1,8 +1,8 @@
 """The queue's order as an index: ``runs (status, priority, created_at, id)``.
 
 A submit answers its place in the queue with one COUNT of the queued runs ahead of it
-(``services.queue.priority_position``); with this index that COUNT reads index entries only,
-never the runs' rows (their spec, manifest and config are the bulk of the table).
+(``services.scheduling.queue.priority_position``); with this index that COUNT reads index entries
+only, never the runs' rows (their spec, manifest and config are the bulk of the table).
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """Webhook signing secrets sealed at rest: ``notify_endpoints.secret`` becomes ``ciphertext``,
 with ``key_id``.
 
-The key ring lives outside the database (``services/secret_keys``), so this migration cannot seal:
-it keeps each existing secret as it is in ``ciphertext`` with ``key_id`` "" (in the clear), and
-the leader's first notify pass seals those rows (``services/notify.reseal``). A downgrade cannot
-open sealed rows either: it puts the column back as it was, and an endpoint sealed meanwhile then
-signs with its ciphertext, which its receiver refuses (add it again after a downgrade).
+The key ring lives outside the database (``services/access/secret_keys``), so this migration cannot
+seal: it keeps each existing secret as it is in ``ciphertext`` with ``key_id`` "" (in the clear),
+and the leader's first notify pass seals those rows (``services/labops/notify.reseal``). A downgrade
+cannot open sealed rows either: it puts the column back as it was, and an endpoint sealed meanwhile
+then signs with its ciphertext, which its receiver refuses (add it again after a downgrade).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Variants found by their run: a job's report asks, at each new step, whether its run is a variant
-of a sweep with rungs (``services/sweeps.rungs_of``); ``sweep_runs``'s key starts with the sweep.
+of a sweep with rungs (``services/workflows/sweeps.rungs_of``); ``sweep_runs``'s key starts with the
+sweep.
 """
 
 from __future__ import annotations

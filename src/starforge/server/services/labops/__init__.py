@@ -1,0 +1,1 @@
+"""Running the lab: the maintenance drain and webhook notifications with their address policy."""
