@@ -117,6 +117,16 @@ def test_a_two_node_run_is_one_slurm_job_on_both_h200_nodes_running_a_gloo_all_r
     )
     assert "node 0 of 2 on h200-1 via 127.0.0.1: sum = 3" in text
     assert "node 1 of 2 on h200-2 via 127.0.0.1: sum = 3" in text
+    # What a user sees through sf: node 1's log, read by the server beside node 0's on Slurm.
+    every = sf("job", "logs", run_id, "-n", "0", "--no-follow")
+    assert every.code == 0, every.err
+    lines = every.out.splitlines()
+    assert "node 0 of 2 on h200-1 via 127.0.0.1: sum = 3" in lines
+    assert "[node 1] node 1 of 2 on h200-2 via 127.0.0.1: sum = 3" in lines
+    alone = sf("job", "logs", run_id, "--node", "1", "-n", "0", "--no-follow")
+    assert alone.code == 0, alone.err
+    assert "node 1 of 2 on h200-2 via 127.0.0.1: sum = 3" in alone.out.splitlines()
+    assert "[node 1]" not in alone.out and "node 0 of 2" not in alone.out
 
 
 def test_two_half_node_runs_share_one_node_with_disjoint_gpus(
