@@ -1,5 +1,10 @@
 """A real embedded server per test module, started by ``sf`` itself in an isolated home.
 
+These servers start as production starts them: ``sf`` runs ``python -m starforge.server`` in a new
+process that does its own imports (``connect.popen_server``), not forked from the suite's preloaded
+interpreter as the other packages' servers are (``tests/forked_servers.py``), so whatever only
+a cold start does (import order, start-up settings read from the environment) is tested here.
+
 With ``STARFORGE_TEST_DATABASE_URL`` set, every module's servers use a fresh PostgreSQL database
 (``STARFORGE_DATABASE_URL`` in the environment the servers inherit) instead of SQLite.
 """
@@ -18,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
+from starforge.cli import connect
 from starforge.cli.main import main
 from starforge.project import experiments, lab
 from tests.conftest import Result, commit_all
@@ -37,6 +43,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if done:
         config.hook.pytest_deselected(items=done)
         items[:] = [i for i in items if i not in done]
+
+
+@pytest.fixture(scope="package", autouse=True)
+def _servers_started_as_in_production() -> Iterator[None]:
+    """Every server of this package starts with Popen, as ``sf server start`` does for a user."""
+    saved = connect.launch_server
+    connect.launch_server = connect.popen_server
+    yield
+    connect.launch_server = saved
 
 
 @pytest.fixture(scope="session")
