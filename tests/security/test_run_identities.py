@@ -30,16 +30,21 @@ from .test_job_isolation import IMAGE, as_root, open_root, probes
 __all__ = ["open_root"]  # a fixture this module uses
 
 RANGE = (61184, 64511)  # the default job_uid_range
-VICTIM = """#!/usr/bin/env bash
+VICTIM = r"""#!/usr/bin/env bash
 set -u
 echo "probe: uid=$(id -u) gid=$(id -g)"
 echo "probe: data=$(cat "$FORGE_TRAIN_DATA")"
+# One point of A's own curve, with A's own token: what B's point must not join.
+curl -s -o /dev/null -X POST -H "X-StarForge-Run-Token: $STARFORGE_TOKEN" \
+    -H "Content-Type: application/json" \
+    --data '{{"attempt": 1, "steps": [{{"step": 0, "values": {{"loss": 1.5}}}}]}}' \
+    "$STARFORGE_ENDPOINT/api/v1/runs/$FORGE_RUN_ID/ingest"
 echo "$FORGE_RUN_ID $$" > "$FORGE_OUT_DIR/pid"
 while [[ ! -e "{gates}/$FORGE_RUN_ID" ]]; do sleep 0.05; done
 echo "probe: intact=$(sha256sum < "$FORGE_EXP_DIR/train.sh" | cut -c1-12)"
 echo "victory" > "$FORGE_OUT_DIR/result.txt"
 """
-ATTACKER = """#!/usr/bin/env bash
+ATTACKER = r"""#!/usr/bin/env bash
 set -u
 source "$FORGE_EXP_DIR/target.env"
 echo "probe: uid=$(id -u) gid=$(id -g)"
@@ -57,11 +62,25 @@ try data-view "cat $VICTIM_DATA"
 try hf-cache "touch $FORGE_STORAGE_ROOT/cache/hf/poison"
 try uids "ls $FORGE_STORAGE_ROOT/uids"
 echo "probe: hf-home=$HF_HOME"
+# Ingest into A's run: with any token of A's that B can find (A's environment, A's binding),
+# then with B's own job token. Each answer is the HTTP status of one loss=666 point.
+post() {
+    curl -s -o /dev/null -w '%{http_code}' -X POST -H "X-StarForge-Run-Token: $2" \
+        -H "Content-Type: application/json" \
+        --data '{"attempt": 1, "steps": [{"step": 1, "values": {"loss": 666}}]}' \
+        "$STARFORGE_ENDPOINT/api/v1/runs/$1/ingest"
+}
+stolen=$(tr '\0' '\n' < "/proc/$VICTIM_PID/environ" 2>/dev/null | sed -n 's/^STARFORGE_TOKEN=//p')
+[ -n "$stolen" ] || stolen=$(sed -n 's/.*"job_token": *"\([^"]*\)".*/\1/p' \
+    "$VICTIM_RUN"/state/*.binding.json 2>/dev/null)
+echo "probe: stolen-token=${stolen:-none}"
+echo "probe: ingest-stolen=$(post "$VICTIM_RUN_ID" "${stolen:-none}")"
+echo "probe: ingest-own-token=$(post "$VICTIM_RUN_ID" "$STARFORGE_TOKEN")"
 """
 
 
 @contextmanager
-def lab_server(open_root: Path, mp: pytest.MonkeyPatch, **settings: str) -> Iterator[Path]:
+def lab_server(open_root: Path, mp: pytest.MonkeyPatch, **settings: object) -> Iterator[Path]:
     """A root server with the defaults a lab would keep (no job_user, isolation auto), its home
     and storage in ``open_root``, with ``settings`` in its server.yaml."""
     home = open_root / "home"
@@ -177,13 +196,15 @@ def test_two_members_jobs_run_under_uids_of_their_own_and_cannot_reach_each_othe
     assert out is not None
     run_dir = out.parent.parent
     _, pid = out.read_text().split()
-    secret_file = next(
-        entry.split("=", 1)[1]
+    environ = dict(
+        entry.split("=", 1)
         for entry in Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
-        if entry.startswith("KEY_PEM_FILE=")
+        if "=" in entry
     )
+    secret_file, a_token = environ["KEY_PEM_FILE"], environ["STARFORGE_TOKEN"]
     target = {
         "VICTIM_PID": pid,
+        "VICTIM_RUN_ID": victim,
         "VICTIM_SECRET_FILE": secret_file,
         "VICTIM_RUN": str(run_dir),
         "VICTIM_WORK": str(run_dir / "work"),
@@ -193,7 +214,8 @@ def test_two_members_jobs_run_under_uids_of_their_own_and_cannot_reach_each_othe
     env = "".join(f"{k}={v}\n" for k, v in target.items())
     attacker = submit(bob, job_lab(new_lab, "attacker", ATTACKER, {"target.env": env}), "attacker")
     assert wait_for(bob, attacker, {"succeeded", "failed"})["status"] == "succeeded"
-    seen = probes(log_of(bob, attacker))
+    attacker_log = log_of(bob, attacker)
+    seen = probes(attacker_log)
 
     (gates / victim).touch()
     view = wait_for(alice, victim, {"succeeded", "failed"})
@@ -203,6 +225,7 @@ def test_two_members_jobs_run_under_uids_of_their_own_and_cannot_reach_each_othe
     (a_uid, a_gid), (b_uid, b_gid) = ids(mine["uid"]), ids(seen["uid"])
     assert a_uid != b_uid and all(RANGE[0] <= u <= RANGE[1] for u in (a_uid, b_uid))
     assert a_gid != b_gid  # each member's group
+    assert a_token not in attacker_log  # A's job token reached B by no path B tried
     assert {k: v for k, v in seen.items() if k not in {"uid", "hf-home"}} == {
         "environ": "no",
         "secret-file": "no",
@@ -216,6 +239,9 @@ def test_two_members_jobs_run_under_uids_of_their_own_and_cannot_reach_each_othe
         "data-view": "no",
         "hf-cache": "no",
         "uids": "no",
+        "stolen-token": "none",
+        "ingest-stolen": "403",  # B found no token of A's: what it sent is not A's run's
+        "ingest-own-token": "403",  # B's token is B's run's alone
     }, seen
     assert seen["hf-home"].endswith("/out/.starforge/hf")  # B's own, inside B's run
     expected = VICTIM.format(gates=gates).encode()
@@ -223,6 +249,19 @@ def test_two_members_jobs_run_under_uids_of_their_own_and_cannot_reach_each_othe
     assert (run_dir / "out" / "result.txt").read_text() == "victory\n"
     # A read its own admitted version, through its own view of the (closed) cache.
     assert mine["data"] == '{"row": "alice unreleased"}'
+    assert loss_curve(alice, victim) == [(0, 1.5)]  # A's point, not B's loss=666
+
+
+def loss_curve(who: Member, run_id: str) -> list[tuple[int, float]]:
+    """The (step, value) points of the run's ``loss`` as its owner reads them (`sf job metrics`)."""
+    got = who("job", "metrics", run_id, "-k", "loss", "--json")
+    assert got.code == 0, got.err
+    series = got.json()["series"]  # type: ignore[index, call-overload]
+    return [
+        (int(step), float(value))
+        for found in series
+        for step, value in zip(found["steps"], found["values"], strict=True)
+    ]
 
 
 RESUMABLE = """#!/usr/bin/env bash
@@ -263,3 +302,99 @@ def test_a_retried_run_reads_what_its_earlier_attempt_wrote_under_another_uid(
     assert all(RANGE[0] <= int(found[f"attempt{n}"]) <= RANGE[1] for n in (1, 2))
     assert (out / "checkpoint.txt").read_text() == "state of attempt 1\nand attempt 2\n"
     assert not list((open_root / "st" / "uids").glob("6*"))  # every uid given back
+
+
+# A range of two uids: the run holding one while the child starts leaves the child the other, so
+# the child cannot run under the uid its parent had. A corner of the default range that no other
+# test's job takes (tests/runner/test_uids.py keeps 64100-64113).
+LINEAGE_UIDS = (64200, 64201)
+PARENT = r"""#!/usr/bin/env bash
+set -eu
+echo "probe: uid=$(id -u)"
+mkdir -p "$FORGE_OUT_DIR/export"
+echo '{"model_type": "alice-base"}' > "$FORGE_OUT_DIR/export/config.json"
+echo "weights of run 1" > "$FORGE_OUT_DIR/export/weights.bin"
+"""
+HOLDER = r"""#!/usr/bin/env bash
+set -u
+echo "probe: uid=$(id -u)"
+touch "$FORGE_OUT_DIR/holding"
+while [[ ! -e "$FORGE_OUT_DIR/gate" ]]; do sleep 0.05; done
+"""
+CHILD = r"""#!/usr/bin/env bash
+set -u
+echo "probe: uid=$(id -u)"
+echo "probe: model=$FORGE_MODEL"
+echo "probe: config=$(cat "$FORGE_MODEL/config.json")"
+echo "probe: weights=$(cat "$FORGE_MODEL/weights.bin")"
+parent_out=$(dirname "$FORGE_MODEL")
+parent_run=$(dirname "$parent_out")
+try() { if eval "$2" >/dev/null 2>&1; then echo "probe: $1=YES"; else echo "probe: $1=no"; fi; }
+try rewrite-config "echo '{}' > $FORGE_MODEL/config.json"
+try remove-weights "rm -f $FORGE_MODEL/weights.bin"
+try plant-export "touch $FORGE_MODEL/planted"
+try plant-out "touch $parent_out/planted"
+try plant-work "touch $parent_run/work/planted"
+try rename-export "mv $FORGE_MODEL $parent_out/moved"
+"""
+
+
+@pytest.fixture
+def narrow_server(open_root: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    with lab_server(open_root, monkeypatch, job_uid_range=list(LINEAGE_UIDS)) as home:
+        yield home
+
+
+@pytest.mark.integration
+@as_root
+def test_a_run_started_from_another_runs_export_reads_it_under_another_uid_and_cannot_change_it(
+    narrow_server: Path,
+    open_root: Path,
+    sf: Callable[..., Result],
+    new_lab: Callable[..., Lab],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("STARFORGE_HOME", str(narrow_server))
+    alice = member(sf, monkeypatch, "alice")
+    parent = submit(alice, job_lab(new_lab, "base", PARENT, {}), "base")
+    assert wait_for(alice, parent, {"succeeded", "failed"})["status"] == "succeeded"
+    (export,) = (open_root / "st").glob(f"runs/alice/*/base/{parent}/out/export")
+    # Taken back when run 1 ended: root's, read by alice's group, written by no job.
+    assert {p.stat().st_uid for p in (export, export / "config.json")} == {0}
+    # A run of alice's holds a uid while the child starts, so the child takes the other one.
+    holder = submit(alice, job_lab(new_lab, "holder", HOLDER, {}), "holder")
+
+    def holders_out() -> list[Path]:
+        return list((open_root / "st").glob(f"runs/alice/*/holder/{holder}/out"))
+
+    wait_until(
+        lambda: any((out / "holding").exists() for out in holders_out()),
+        "the holder's first line of work",
+    )
+    try:
+        child = submit(alice, job_lab(new_lab, "tuned", CHILD, {}), "tuned",
+                       "--init-from", f"run/{parent}/export")  # fmt: skip
+        view = wait_for(alice, child, {"succeeded", "failed"})
+    finally:
+        for out in holders_out():
+            (out / "gate").touch()
+    child_log = log_of(alice, child)
+    assert view["status"] == "succeeded", child_log
+    assert wait_for(alice, holder, {"succeeded", "failed"})["status"] == "succeeded"
+    seen = probes(child_log)
+    parent_uid = int(probes(log_of(alice, parent))["uid"])
+    assert {parent_uid, int(seen["uid"])} == set(LINEAGE_UIDS)  # two uids, one each
+    assert int(probes(log_of(alice, holder))["uid"]) == parent_uid
+    assert seen["model"] == str(export)  # the parent's export, resolved at admission
+    assert (seen["config"], seen["weights"]) == ('{"model_type": "alice-base"}', "weights of run 1")
+    assert {k: v for k, v in seen.items() if k not in {"uid", "model", "config", "weights"}} == {
+        "rewrite-config": "no",
+        "remove-weights": "no",
+        "plant-export": "no",
+        "plant-out": "no",
+        "plant-work": "no",
+        "rename-export": "no",
+    }, seen
+    assert (export / "config.json").read_text() == '{"model_type": "alice-base"}\n'
+    assert (export / "weights.bin").read_text() == "weights of run 1\n"
+    assert not list(export.parent.parent.rglob("planted"))
