@@ -33,6 +33,7 @@ from tests.security.test_run_identities import (
     job_lab,
     lab_server,
     log_of,
+    loss_curve,
     member,
 )
 
@@ -40,18 +41,23 @@ __all__ = ["open_root", "registry"]  # fixtures this module uses
 
 pytestmark = [pytest.mark.containers, pytest.mark.usefixtures("podman")]
 
-VICTIM = """#!/usr/bin/env bash
+VICTIM = r"""#!/usr/bin/env bash
 set -u
 echo "probe: uid=$(id -u) gid=$(id -g)"
 echo "probe: data=$(cat "$FORGE_TRAIN_DATA")"
 echo "probe: virtual-gpus=${FORGE_VIRTUAL_GPUS:-unset} cuda=${CUDA_VISIBLE_DEVICES:-unset}"
 mkdir -p "$HF_HOME" && touch "$HF_HOME/mine" && echo "probe: hf-write=ok"
+# One point of A's own curve, with A's own token: what B's point must not join.
+wget -q -O /dev/null --header "X-StarForge-Run-Token: $STARFORGE_TOKEN" \
+    --header "Content-Type: application/json" \
+    --post-data '{"attempt": 1, "steps": [{"step": 0, "values": {"loss": 1.5}}]}' \
+    "$STARFORGE_ENDPOINT/api/v1/runs/$FORGE_RUN_ID/ingest"
 echo started > "$FORGE_OUT_DIR/started"
 while [ ! -e "$FORGE_OUT_DIR/gate" ]; do sleep 0.05; done
 echo "probe: intact=$(sha256sum < "$FORGE_EXP_DIR/train.sh" | cut -c1-12)"
 echo "victory" > "$FORGE_OUT_DIR/result.txt"
 """
-ATTACKER = """#!/usr/bin/env bash
+ATTACKER = r"""#!/usr/bin/env bash
 set -u
 . "$FORGE_EXP_DIR/target.env"
 echo "probe: uid=$(id -u) gid=$(id -g)"
@@ -73,9 +79,25 @@ echo "probe: caps=$(grep '^CapBnd' /proc/self/status | cut -f2)"
 echo "probe: no-new-privs=$(grep '^NoNewPrivs' /proc/self/status | cut -f2)"
 root="$FORGE_STORAGE_ROOT"
 seen=$(awk -v r="$root/" 'index($2, r) == 1 { split($4, o, ","); print $2 ":" o[1] }' \
-    /proc/self/mounts | sort | tr '\\n' ' ')
+    /proc/self/mounts | sort | tr '\n' ' ')
 echo "probe: mounts=$seen"
 echo "probe: hf-home=$HF_HOME"
+# Ingest into A's run: with any token of A's that B can find (A's environment, A's binding),
+# then with B's own job token. Each answer is the HTTP status of one loss=666 point (busybox
+# wget -S prints the status line).
+post() {
+    wget -S -q -O /dev/null --header "X-StarForge-Run-Token: $2" \
+        --header "Content-Type: application/json" \
+        --post-data '{"attempt": 1, "steps": [{"step": 1, "values": {"loss": 666}}]}' \
+        "$STARFORGE_ENDPOINT/api/v1/runs/$1/ingest" 2>&1 \
+        | sed -n 's/^ *HTTP\/1\.[01] \([0-9]*\).*/\1/p' | tail -n 1
+}
+stolen=$(tr '\0' '\n' < "/proc/$VICTIM_PID/environ" 2>/dev/null | sed -n 's/^STARFORGE_TOKEN=//p')
+[ -n "$stolen" ] || stolen=$(cat "$VICTIM_RUN"/state/*.binding.json 2>/dev/null \
+    | sed -n 's/.*"job_token": *"\([^"]*\)".*/\1/p')
+echo "probe: stolen-token=${stolen:-none}"
+echo "probe: ingest-stolen=$(post "$VICTIM_RUN_ID" "${stolen:-none}")"
+echo "probe: ingest-own-token=$(post "$VICTIM_RUN_ID" "$STARFORGE_TOKEN")"
 """
 
 
@@ -196,6 +218,7 @@ def test_two_members_jobs_in_podman_cannot_reach_each_other(
         done = wait_for(bob, attacker, {"succeeded", "failed"})
         attacker_log = log_of(bob, attacker)
         assert done["status"] == "succeeded", attacker_log
+        assert env["STARFORGE_TOKEN"] not in attacker_log  # A's token reached B by no path
         assert f"inside the image {image}" in attacker_log
         seen = probes(attacker_log)
     finally:
@@ -225,6 +248,9 @@ def test_two_members_jobs_in_podman_cannot_reach_each_other(
         "data-view": "no",
         "hf-cache": "no",
         "uids": "no",
+        "stolen-token": "none",
+        "ingest-stolen": "403",  # B found no token of A's: what it sent is not A's run's
+        "ingest-own-token": "403",  # B's token is B's run's alone
     }, seen
     # B holds no capability and cannot gain one (a setuid program in its image stays B's uid).
     assert (seen["caps"], seen["no-new-privs"]) == ("0000000000000000", "1")
@@ -240,5 +266,6 @@ def test_two_members_jobs_in_podman_cannot_reach_each_other(
     assert mine["intact"] == hashlib.sha256(VICTIM.encode()).hexdigest()[:12]
     assert (run_dir / "out" / "result.txt").read_text() == "victory\n"
     assert mine["data"] == '{"row": "alice unreleased"}'
+    assert loss_curve(alice, victim) == [(0, 1.5)]  # A's point, not B's loss=666
     for run_id in (victim, attacker):
         assert containers_named(f"sf-{run_id}-1-0") == []
