@@ -5,11 +5,16 @@ from __future__ import annotations
 import json
 import shutil
 import stat
+import threading
 from pathlib import Path
+
+import pytest
 
 from starforge.contract.env import Binding
 from starforge.contract.layout import RunLayout
+from starforge.contract.profiles import Pool
 from starforge.server.db.models import Run
+from starforge.server.executors.base import NodeLaunch
 from starforge.server.runtime import Runtime
 from starforge.server.services.access.users import token_digest
 from starforge.server.services.runs import actions, jobs, reconcile
@@ -165,6 +170,42 @@ def test_a_stop_that_lands_while_starting_stops_the_started_nodes(
     assert executor.stopped == []
     dispatch.start_attempt(rt, orders[0])
     assert executor.stopped == [executor.started[0][0]]
+
+
+class GangExecutor(FakeExecutor):
+    """Starts whole attempts, as Slurm's executor does; each start waits at ``barrier`` until
+    ``barrier.parties`` starts are under way at once (so one-at-a-time starts break it)."""
+
+    def __init__(self, parties: int, fail: str) -> None:
+        super().__init__()
+        self.barrier = threading.Barrier(parties, timeout=60)  # bounds a broken test's wait
+        self.fail = fail  # the start of the attempt named so fails, like an sbatch that errs
+
+    def start_attempt(
+        self, job_name: str, nodes: list[NodeLaunch], pools: list[Pool], image: str
+    ) -> dict[int, str]:
+        self.barrier.wait()
+        if job_name == self.fail:
+            raise OSError("sbatch: error: Batch job submission failed")
+        return {n.rank: f"gang:{job_name}:{n.rank}" for n in nodes}
+
+
+def test_a_pass_submits_whole_attempts_side_by_side_and_a_failed_one_fails_only_its_run(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second, third = (submit(rt, profiles=["h200:1"]).run_id for _ in range(3))
+    monkeypatch.setattr(rt, "executor", GangExecutor(3, fail=f"sf.{second}.1"))
+    orders = dispatch.schedule_pass(rt)
+    assert [o.run_id for o in orders] == [first, second, third]
+    dispatch.start_attempts(rt, orders)  # three starts, all waiting on one another
+    for run_id in (first, third):
+        run = run_row(rt, run_id)
+        assert run.status == "starting"
+        assert run.attempts[0].node_records()[0].ref == f"gang:sf.{run_id}.1:0"
+    failed = run_row(rt, second)
+    assert (failed.status, failed.end_reason) == ("failed", "startup_failed")
+    assert "Batch job submission failed" in failed.reason
+    assert "Batch job submission failed" in Path(failed.attempts[0].log_path).read_text()
 
 
 # ---- reconciler -------------------------------------------------------------------------------

@@ -7,7 +7,10 @@ allocation and per-node records, two fresh tokens (the runner's, for lifecycle e
 job's, for metrics ingest; only their sha256 is stored) and the per-node binding files. Only
 after that commit does :func:`start_attempts` ask the executor to start each node and record the
 references (a pass's starts in one transaction). A start failure ends the attempt as
-``startup_failed``.
+``startup_failed`` (that attempt's only: the other starts of the pass stand). An executor that
+starts whole attempts (Slurm: one ``sbatch`` each) is asked for a pass's attempts concurrently, at
+most :data:`GANG_START_WORKERS` at once, so a sweep placed in one pass does not wait for its
+submissions one after another; the outcomes are recorded in the pass's order all the same.
 
 An attempt after the first (resume, retry, auto-retry) starts from the run's latest checkpoint
 (``services/runs/checkpoints``), recorded on the attempt and handed to the runner as
@@ -29,6 +32,7 @@ import json
 import logging
 import os
 import secrets
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +65,9 @@ from starforge.server.storage import Storage
 
 log = logging.getLogger(__name__)
 PLANNED_UNPACK_MAX_BYTES = 64 << 20
+# Concurrent whole-attempt starts of one pass (each mostly waits on sbatch and slurmctld): enough
+# for a sweep's submissions to overlap, few enough not to flood the controller.
+GANG_START_WORKERS = 8
 
 
 @dataclass(frozen=True)
@@ -359,7 +366,8 @@ def start_attempts(rt: Runtime, orders: list[StartOrder]) -> None:
     that dies first leaves runner records its successor adopts (``loops/takeover``)."""
     if not orders:
         return
-    started = [(order, *_start_nodes(rt, order)) for order in orders]
+    results = _start_all(rt, orders)
+    started = [(order, *result) for order, result in zip(orders, results, strict=True)]
     outcomes = []
     with rt.transaction() as session:
         for order, refs, error in started:
@@ -370,6 +378,17 @@ def start_attempts(rt: Runtime, orders: list[StartOrder]) -> None:
             statemachine.save(session, rows)
     for outcome in outcomes:
         lifecycle.act_on(rt, outcome)
+
+
+def _start_all(rt: Runtime, orders: list[StartOrder]) -> list[tuple[dict[int, str], str | None]]:
+    """Each order's (references, error), in the order of ``orders``. Whole-attempt starts run on
+    a few threads at once (each one's failure is caught in :func:`_start_nodes`, so it stays that
+    attempt's startup failure); node-by-node starts (the local executor) stay one at a time."""
+    if len(orders) == 1 or not isinstance(rt.executor, SupportsGangStart):
+        return [_start_nodes(rt, order) for order in orders]
+    workers = min(GANG_START_WORKERS, len(orders))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sf-start") as pool:
+        return list(pool.map(lambda order: _start_nodes(rt, order), orders))
 
 
 def _start_nodes(rt: Runtime, order: StartOrder) -> tuple[dict[int, str], str | None]:
