@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from starforge.server.db import outage
+from starforge.server.loops import ticks
 from starforge.server.runtime import Runtime
 from starforge.server.services.labops import maintenance
 from starforge.server.services.runs import lifecycle, reconcile
@@ -32,12 +32,4 @@ async def reconciler_loop(rt: Runtime) -> None:
         await asyncio.to_thread(lifecycle.publish_beacon, rt)
     except OSError:
         log.exception("could not publish the control plane's beacon")
-    while True:
-        try:
-            await asyncio.to_thread(run_tick, rt)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # keep reconciling even if one tick hit a bad row
-            if not outage.of(rt.engine).failed(exc):  # an outage is said once, not per pass
-                log.exception("reconciler tick failed")
-        await asyncio.sleep(TICK_S)
+    await ticks.every(TICK_S, rt, "reconciler tick", run_tick)

@@ -24,14 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 
-from starforge.server.db import outage
+from starforge.server.loops import ticks
 from starforge.server.runtime import Runtime
 from starforge.server.services.scheduling import dispatch, preemption, queue
 
-log = logging.getLogger(__name__)
 TICK_S = 1.0
 GATHER_FACTOR = 3.0
 MAX_GATHER_S = 0.25
@@ -67,6 +65,11 @@ async def gather(rt: Runtime, wake: asyncio.Event, until: float, urgent_seen: in
             await asyncio.wait_for(wake.wait(), timeout=left)
 
 
+def loop_pass(rt: Runtime) -> int:
+    """The loop's pass: arrivals that can neither start nor preempt may wait (:func:`run_pass`)."""
+    return run_pass(rt, arrivals_may_wait=True)
+
+
 async def scheduler_loop(rt: Runtime, wake: asyncio.Event) -> None:
     until, urgent_seen = 0.0, rt.urgent_wakeups
     while True:
@@ -75,11 +78,5 @@ async def scheduler_loop(rt: Runtime, wake: asyncio.Event) -> None:
         await gather(rt, wake, until, urgent_seen)
         wake.clear()
         urgent_seen, began = rt.urgent_wakeups, time.monotonic()
-        try:
-            await asyncio.to_thread(run_pass, rt, arrivals_may_wait=True)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a bad pass must not end scheduling for good
-            if not outage.of(rt.engine).failed(exc):  # an outage is said once, not per pass
-                log.exception("scheduler pass failed")
+        await ticks.one_pass(rt, "scheduler pass", loop_pass)
         until = time.monotonic() + gather_s(time.monotonic() - began)
