@@ -130,8 +130,41 @@ def test_without_pyxis_the_image_changes_nothing_in_the_script() -> None:
 
 
 def test_paths_with_spaces_stay_one_argument() -> None:
-    pool = Component("h200", "h200", 1, ["h200-1"], ["/data/my runs/b.json"])
-    assert "starforge-runner '/data/my runs/b.json' &" in compile_batch(job(pool))
+    one = Component("h200", "h200", 1, ["h200-1"], ["/data/my runs/b.json"])
+    assert "starforge.runner '/data/my runs/b.json' &\n" in compile_batch(job(one))
+    two = Component("h200", "h200", 1, ["h200-1", "h200-2"], ["/data/my runs/b.json", binding(1)])
+    assert f"starforge-runner '/data/my runs/b.json' {binding(1)} &" in compile_batch(job(two))
+
+
+def test_a_one_node_attempt_runs_its_runner_in_the_batch_shell_beside_a_relay_step() -> None:
+    # No step launch before the runner starts; the relay step is what a stop's TERM reaches.
+    pool = Component("h200", "h200", 1, ["h200-1"], [binding(0)])
+    assert compile_batch(job(pool)) == (
+        HEADER
+        + """\
+#SBATCH --partition=h200
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=1
+#SBATCH --nodelist=h200-1
+#SBATCH --gres=gpu:h200:1
+# StarForge sf.r-1.2: one runner per node
+"""
+        + PROLOGUE.split("# TERM before")[0]
+        + f"/opt/sf/bin/python -m starforge.runner {binding(0)} &\n"
+        + """\
+runner=$!
+pids+=("$runner")
+trap 'kill -TERM "$runner"' TERM
+srun --nodes=1 --ntasks=1 --quiet bash -c 'trap "kill -TERM $1; exit 0" TERM; \
+while kill -0 $1; do sleep 5 & wait $!; done' starforge-relay "$runner" >/dev/null 2>&1 &
+relay=$!
+"""
+        + EPILOGUE.removeprefix('pids+=("$!")\n').removesuffix('exit "$status"\n')
+        + """\
+kill "$relay" 2>/dev/null  # the runner is gone: its relay step has nothing left to hand on
+exit "$status"
+"""
+    )
 
 
 def test_a_component_needs_one_binding_per_node() -> None:

@@ -5,7 +5,9 @@ heterogeneous job, components separated by ``#SBATCH hetjob``), asking for exact
 StarForge placed it on (``--nodelist``), so StarForge's accounting and Slurm's agree, one task per
 node and the pool's GPUs per node as GRES. The script ``srun``s one runner per node; each task
 picks its own binding file by ``SLURM_PROCID`` within its component (the component's binding
-paths are the task's arguments, in rank order).
+paths are the task's arguments, in rank order). An attempt of one node (one component, no Pyxis
+container to enter) runs its runner in the batch shell itself, which already is on that node with
+the job's GPUs, account and environment: no step is launched before the runner starts.
 
 What the job's topology is comes from what Slurm allocated: the runner reads Slurm's
 ``CUDA_VISIBLE_DEVICES`` and the master address this script exports (the ``NodeAddr`` of the first
@@ -17,8 +19,14 @@ the first runner starts; else the script looks it up.
 A stop or pause signals the job's steps (``scancel --signal=TERM``: the runners, which
 checkpoint), never the batch shell or ``srun`` (to ``srun`` TERM means "kill the step now"). The
 batch shell gets TERM only ``signal_before_s`` before the time limit (``--signal=B:TERM@…``),
-and hands it on to the steps the same way. ``--no-requeue``: after a node failure StarForge
-retries by the method's policy, as a new attempt; Slurm must not start the same attempt twice.
+and hands it on to the steps the same way. A one-node attempt's runner is no step, so the script
+starts, just after the runner, a relay step (:data:`_RELAY`) whose only task hands a TERM it gets
+to the runner's process: a stop reaches that runner as it reaches any other, and the runner's
+start does not wait for the step. Its batch shell hands a time limit's TERM to the runner
+directly. A stop that lands before the relay step is up (a fraction of a second) is not lost:
+the executor's cancel after the stop's grace still ends the job. ``--no-requeue``: after a node
+failure StarForge retries by the method's policy, as a new attempt; Slurm must not start the same
+attempt twice.
 
 A member's attempt is submitted as the member's Unix account (:class:`Account`; a root server's
 ``sbatch --uid/--gid``): Slurm accounts it to the member, and the batch shell, ``srun`` and the
@@ -118,6 +126,29 @@ def _srun(job: BatchJob, index: int, c: Component) -> str:
     return shlex.join(argv) + " &"
 
 
+def _direct(job: BatchJob) -> bool:
+    """Whether the runner runs in the batch shell: one node, and no container to start it in."""
+    [only, *others] = job.components
+    return not others and len(only.nodes) == 1 and not (job.pyxis and job.image)
+
+
+_RELAY_TASK = 'trap "kill -TERM $1; exit 0" TERM; while kill -0 $1; do sleep 5 & wait $!; done'
+# The relay step of a one-node attempt: its task hands the TERM of a stop or pause (``scancel
+# --signal=TERM`` reaches steps only) to the runner, whose pid is its argument, and ends with it.
+# Its own output (srun's and slurmstepd's words when the script ends it) is not the run's log.
+_RELAY = (
+    shlex.join(["srun", "--nodes=1", "--ntasks=1", "--quiet", "bash", "-c", _RELAY_TASK])
+    + ' starforge-relay "$runner" >/dev/null 2>&1 &\nrelay=$!\n'
+)
+
+
+def _runner_here(job: BatchJob, c: Component) -> str:
+    """The one runner of a one-node attempt, started in the batch shell, then its relay step."""
+    start = shlex.join([*job.runner, c.bindings[0]]) + ' &\nrunner=$!\npids+=("$runner")\n'
+    # TERM before the time limit: to the runner itself (it is no step the scancel could reach).
+    return start + "trap 'kill -TERM \"$runner\"' TERM\n" + _RELAY
+
+
 _LOOKUP_MASTER = """\
 set -u
 # Rank 0 runs on the first node of component 0: its address is the job's master address.
@@ -136,6 +167,8 @@ export STARFORGE_SLURM_MASTER_ADDR={addr}
 _PROLOGUE = """\
 export STARFORGE_SLURM_JOB_ID="$SLURM_JOB_ID"
 pids=()
+"""
+_STEP_TRAP = """\
 # TERM before the time limit reaches this shell only: hand it to the runners (the job's steps).
 # Never to srun itself: srun treats TERM as "kill the step now", and the runners must checkpoint.
 trap 'scancel --signal=TERM "$SLURM_JOB_ID"' TERM
@@ -151,12 +184,15 @@ for pid in "${pids[@]}"; do
   done
   if [ "$rc" -ne 0 ]; then status=$rc; fi
 done
-exit "$status"
+"""
+_END_RELAY = """\
+kill "$relay" 2>/dev/null  # the runner is gone: its relay step has nothing left to hand on
 """
 
 
 def compile_batch(job: BatchJob) -> str:
-    """The batch script of one attempt (``#SBATCH`` options, then one ``srun`` per component)."""
+    """The batch script of one attempt (``#SBATCH`` options, then one ``srun`` per component,
+    or the one runner of a one-node attempt started in the batch shell and its relay step)."""
     if not job.components:
         raise ValueError("a Slurm job needs at least one component")
     lines = ["#!/bin/bash"]
@@ -170,7 +206,12 @@ def compile_batch(job: BatchJob) -> str:
     lines.append(f"# StarForge {job.job_name}: one runner per node")
     master = _GIVEN_MASTER.format(addr=shlex.quote(job.master_addr)) if job.master_addr else ""
     body = [master or _LOOKUP_MASTER, _PROLOGUE]
-    for index, c in enumerate(job.components):
-        body.append(_srun(job, index, c) + '\npids+=("$!")\n')
-    body.append(_EPILOGUE)
+    if _direct(job):
+        body += [_runner_here(job, job.components[0]), _EPILOGUE, _END_RELAY]
+    else:
+        body.append(_STEP_TRAP)
+        for index, c in enumerate(job.components):
+            body.append(_srun(job, index, c) + '\npids+=("$!")\n')
+        body.append(_EPILOGUE)
+    body.append('exit "$status"\n')
     return "\n".join(lines) + "\n" + "".join(body)
