@@ -57,6 +57,8 @@ def _describe(url: str) -> dict[str, object]:
         "version": info.version,
         "executor": info.executor,
         "job_user": info.job_user or "(the server's user)",
+        # How jobs are kept apart, in the server's words (an older server said nothing where
+        # it separated them).
         "isolation": info.isolation or f"jobs run as {info.job_user}, apart from the platform",
         "started_at": info.started_at.isoformat(),
         "uptime": _uptime(info.started_at),

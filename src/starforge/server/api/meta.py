@@ -13,6 +13,7 @@ from starforge.server.api.deps import RuntimeDep
 from starforge.server.containers import describe as describe_containers
 from starforge.server.db.engine import describe_url
 from starforge.server.services.data import images
+from starforge.server.settings import Settings
 
 router = APIRouter()
 
@@ -24,7 +25,7 @@ def health() -> dict[str, bool]:
 
 @router.get("/info", response_model=ServerInfo, dependencies=[authorize(PUBLIC)])
 def info(rt: RuntimeDep) -> ServerInfo:
-    job_user, isolation = rt.settings.job_isolation()
+    job_user, _ = rt.settings.job_isolation()
     return ServerInfo(
         version=__version__,
         started_at=rt.started_at,
@@ -32,12 +33,36 @@ def info(rt: RuntimeDep) -> ServerInfo:
         executor=rt.settings.executor,
         url=rt.url,
         job_user=job_user,
-        isolation=isolation,
+        isolation=isolation_line(rt.settings),
         database=describe_url(rt.settings.db_url),
         leader=rt.leader,
         registries=_registries(rt),
         containers=describe_containers(rt.settings.containers),
         min_client=rt.settings.min_client_version,
+    )
+
+
+def isolation_line(settings: Settings) -> str:
+    """How this server keeps jobs apart, in the one line ``sf server status`` shows: who jobs
+    run as, and what happens to members' runs where it cannot separate them (the rule of
+    ``services/access/isolation.py``). Said as a rule, not as today's count of users: this route
+    answers without a token, and the rule holds from the second user on."""
+    who, unseparated = settings.job_isolation()
+    opted_out = settings.isolation == "none"
+    if settings.slurm_accounts:
+        unmapped = (
+            "a member without one runs unseparated (isolation: none)"
+            if opted_out
+            else "with more than one user, a member without one is refused at submit"
+        )
+        return f"each member's jobs run as {who}; {unmapped}"
+    if not unseparated:
+        return f"runs are walled off: {who}; no job reads, signals or changes another's"
+    if opted_out:
+        return f"{unseparated}; members' jobs are not separated from each other (isolation: none)"
+    return (
+        f"{unseparated}; with more than one user, members' runs are refused unless server.yaml "
+        "says `isolation: none`"
     )
 
 
