@@ -55,7 +55,7 @@ def isolation_line(settings: Settings) -> str:
             if opted_out
             else "with more than one user, a member without one is refused at submit"
         )
-        return f"each member's jobs run as {who}; {unmapped}"
+        return f"jobs run as {who}; {unmapped}"
     if not unseparated:
         return f"runs are walled off: {who}; no job reads, signals or changes another's"
     if opted_out:
