@@ -1,5 +1,6 @@
 """A member's attempt on Slurm is submitted as the member's Unix account: the ``sbatch`` command
-line, which account a binding names, and the run folders handed to it before the submit."""
+line, which account a binding names, the run folders handed to it before the submit, and taken
+back from it once the attempt's job is over."""
 
 from __future__ import annotations
 
@@ -11,7 +12,12 @@ import pytest
 
 from starforge.contract.env import make_binding
 from starforge.contract.profiles import Pool
-from starforge.server.executors.slurm import SlurmError, hand_run_to, submit_account
+from starforge.server.executors.slurm import (
+    SlurmError,
+    hand_run_to,
+    submit_account,
+    take_run_back,
+)
 from starforge.server.executors.slurm_compile import Account, sbatch_argv
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="handing folders over needs root")
@@ -79,8 +85,53 @@ def test_the_run_and_the_members_folder_of_runs_become_the_accounts_alone(
     entry = pwd.getpwnam("nobody")
     hand_run_to(Account("nobody", entry.pw_uid, entry.pw_gid), run)
     member = tmp_path / "runs" / "ada"
-    for folder in (member, member / "lab", run, run / "logs", path, run / "out" / "ckpt" / "w.bin"):
+    for folder in (run, run / "logs", path, run / "out" / "ckpt" / "w.bin"):
         assert (folder.stat().st_uid, folder.stat().st_gid) == (entry.pw_uid, entry.pw_gid)
-    assert member.stat().st_mode & 0o777 == 0o700
     assert run.stat().st_mode & 0o777 == 0o700
+    # The folders down to the run: root's, the account's group enters them, renames nothing.
+    for folder in (member, member / "lab", member / "lab" / "g1"):
+        assert (folder.stat().st_uid, folder.stat().st_gid) == (0, entry.pw_gid), folder
+        assert folder.stat().st_mode & 0o777 == 0o750, folder
     assert (tmp_path / "runs").stat().st_uid == os.geteuid()  # the store's own folder stays
+
+
+@needs_root
+def test_a_run_taken_back_is_roots_and_its_account_reads_it_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    path = binding_file(tmp_path, "nobody")
+    run = path.parent.parent
+    entry = pwd.getpwnam("nobody")
+    nobody = Account("nobody", entry.pw_uid, entry.pw_gid)
+    hand_run_to(nobody, run)
+    ckpt = run / "out" / "ckpt"
+    ckpt.mkdir()
+    weights = ckpt / "w.bin"
+    weights.write_bytes(b"x")
+    os.chmod(weights, 0o600)  # the job's umask: its owner alone read it
+    secret = tmp_path / "not-the-runs.txt"
+    secret.write_text("root's\n")
+    os.chmod(secret, 0o600)
+    (run / "out" / "link").symlink_to(secret)  # a job's link out of its run
+    os.link(secret, run / "out" / "hard")  # and a hard link to a file not its own
+    for made in (ckpt, weights, run / "out" / "link"):
+        os.lchown(made, nobody.uid, nobody.gid)
+
+    take_run_back(run, nobody.uid, nobody.gid)
+
+    for item in (run, run / "work", run / "out", ckpt, weights, run / "logs", path):
+        st = item.lstat()
+        assert (st.st_uid, st.st_gid) == (0, nobody.gid), item
+        assert st.st_mode & 0o027 == 0, item  # the group writes nothing, others nothing
+    assert weights.stat().st_mode & 0o777 == 0o640  # its owner's outputs: still read by it
+    assert ckpt.stat().st_mode & 0o050 == 0o050
+    assert run.stat().st_mode & 0o777 == 0o750
+    assert (run / "state").stat().st_mode & 0o777 == 0o700  # the runner's records: root's alone
+    st = secret.stat()  # neither link was followed
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (0, 0, 0o600)
+    assert (run / "out" / "link").lstat().st_uid == 0
+
+    hand_run_to(nobody, run)  # the next attempt: the account's again, to resume from
+    for item in (run, run / "out", ckpt, weights, path):
+        assert item.lstat().st_uid == nobody.uid, item
+    assert weights.stat().st_mode & 0o600 == 0o600

@@ -3,8 +3,10 @@
 A root server with ``executor: slurm``, its storage in a world-traversable folder (as a lab's
 /srv/starforge would be), two members mapped (``sf admin user set-unix``) to two Unix accounts
 the test creates. Each member's job is submitted as its account (``sbatch --uid/--gid``: Slurm
-lists the job as that user), runs as it, and leaves its run folders owned by it and closed to the
-other account; a third, unmapped member is refused at submit with the admin's fix.
+lists the job as that user), runs as it, in run folders owned by it and closed to the other
+account; once its Slurm job is over the server takes the run back (root's, the account's group
+reads it), so the member's next job reads that run's outputs and writes nothing into it. A third,
+unmapped member is refused at submit with the admin's fix.
 
 The runners run as the members' accounts, so their interpreter must be one every account may
 run: the system Python with the project's packages on its path (the venv's Python lives under
@@ -58,6 +60,21 @@ try logs "cat $TARGET_RUN/logs/attempt-1.log"
 try binding "cat $TARGET_RUN/state/attempt-1.node-0.binding.json"
 try member-runs "ls $TARGET_MEMBER_RUNS"
 try write "touch $TARGET_RUN/out/bob-was-here"
+"""
+LATER = """#!/usr/bin/env bash
+set -u
+echo "probe: user=$(id -un)"
+source "$FORGE_EXP_DIR/target.env"
+try() { if eval "$2" >/dev/null 2>&1; then echo "probe: $1=YES"; else echo "probe: $1=no"; fi; }
+try read "grep -q mine $TARGET_RUN/out/result.txt"
+try write "touch $TARGET_RUN/out/later-was-here"
+try rewrite "echo forged > $TARGET_RUN/out/result.txt"
+try remove "rm -f $TARGET_RUN/out/result.txt"
+try mkdir "mkdir $TARGET_RUN/out/later"
+try work "touch $TARGET_RUN/work/later-was-here"
+try swap-out "mv $TARGET_RUN/out $TARGET_RUN/out-old"
+try swap-run "mv $TARGET_RUN $TARGET_RUN-old"
+try chmod "chmod u+w $TARGET_RUN/out"
 """
 
 
@@ -193,17 +210,33 @@ def test_members_jobs_run_as_their_unix_accounts_and_cannot_reach_each_others_ru
     [job] = slurm_jobs(job_ids(a_run)[0])
     assert job["user_name"] == ua  # Slurm's own record: submitted as her account
     a_dir = Path(str(a_run["run_dir"]))
-    a_uid = pwd.getpwnam(ua).pw_uid
-    for path in (
-        a_dir,
-        a_dir / "out",
-        a_dir / "out" / "result.txt",
-        a_dir / "logs",
-        a_dir.parents[2],
-    ):
-        assert path.stat().st_uid == a_uid, path
-    assert a_dir.stat().st_mode & 0o077 == 0
-    assert a_dir.parents[2].stat().st_mode & 0o077 == 0  # <root>/runs/alice
+    a_gid = pwd.getpwnam(ua).pw_gid
+    # Its job is over: the server takes the run back, root's, her account's group reading it.
+    wait_for(lambda: a_dir.stat().st_uid == 0, "the server to take alice's run back", 60)
+    for path in (a_dir, a_dir / "out", a_dir / "out" / "result.txt", a_dir / "logs"):
+        assert (path.stat().st_uid, path.stat().st_gid) == (0, a_gid), path
+        assert path.stat().st_mode & 0o027 == 0, path  # her group writes nothing, others nothing
+    assert a_dir.stat().st_mode & 0o777 == 0o750
+    member_runs = a_dir.parents[2]  # <root>/runs/alice: root's, her group enters it
+    assert (member_runs.stat().st_uid, member_runs.stat().st_gid) == (0, a_gid)
+    assert member_runs.stat().st_mode & 0o777 == 0o750
+
+    # Her next job (the same account) reads what the finished run wrote and changes none of it.
+    later_env = {"target.env": f"TARGET_RUN={a_dir}\n"}
+    got = submit(alice, job_lab(new_lab, "later", LATER, later_env), "later")
+    assert got.code == 0, got.err
+    later = finished(alice, str(got.json()["run_id"]))  # type: ignore[index, call-overload]
+    later_log = logs_of(later)
+    assert later["status"] == "succeeded", later_log
+    seen = probes(later_log)
+    assert seen["user"] == ua, later_log
+    assert seen["read"] == "YES", later_log
+    tries = ("write", "rewrite", "remove", "mkdir", "work", "swap-out", "swap-run", "chmod")
+    assert {k: seen[k] for k in tries} == dict.fromkeys(tries, "no"), later_log
+    assert (a_dir / "out" / "result.txt").read_text() == "mine\n"
+    assert not (a_dir / "out" / "later-was-here").exists()
+    shown = alice("job", "logs", a_id)  # and she still reads it through the server
+    assert shown.code == 0 and f"user={ua}" in shown.out, shown.err
 
     # Bob's job, knowing where Alice's run is, can neither list, read nor write any of it.
     target = f"TARGET_RUN={a_dir}\nTARGET_MEMBER_RUNS={a_dir.parents[2]}\n"
@@ -253,16 +286,21 @@ def test_mapping_refuses_an_account_that_is_missing_root_or_another_members(
     sf("admin", "user", "set-unix", "frank", "--unset")
 
 
-VICTIM = """#!/usr/bin/env bash
+VICTIM = r"""#!/usr/bin/env bash
 set -u
 echo "probe: user=$(id -un)"
 echo "probe: data=$(cat "$FORGE_TRAIN_DATA")"
+ca=${{STARFORGE_CA_FILE:+--cacert=$STARFORGE_CA_FILE}}
+point='{{"steps": [{{"step": 1, "values": {{"loss": 1.0}}}}]}}'
+echo "probe: ingest=$(curl -s -o /dev/null -w '%{{http_code}}' $ca --data "$point" \
+  -H "X-StarForge-Run-Token: $STARFORGE_TOKEN" -H 'Content-Type: application/json' \
+  "$STARFORGE_ENDPOINT/api/v1/runs/$STARFORGE_RUN_ID/ingest")"
 echo "$$" > "$FORGE_OUT_DIR/pid"
 while [[ ! -e "{gates}/$FORGE_RUN_ID" ]]; do sleep 0.05; done
 echo "probe: intact=$(sha256sum < "$FORGE_EXP_DIR/train.sh" | cut -c1-12)"
 echo "victory" > "$FORGE_OUT_DIR/result.txt"
 """
-ATTACKER = """#!/usr/bin/env bash
+ATTACKER = r"""#!/usr/bin/env bash
 set -u
 source "$FORGE_EXP_DIR/target.env"
 echo "probe: user=$(id -un)"
@@ -280,6 +318,20 @@ try cache "cat $FORGE_STORAGE_ROOT/cache/datasets/alice/private-set/v1/rows.json
 try data-view "cat $VICTIM_RUN/datasets/alice/private-set/v1/rows.jsonl"
 try hf-cache "touch $FORGE_STORAGE_ROOT/cache/hf/poison"
 echo "probe: hf-home=$HF_HOME"
+# Ingest into A's run: with A's token, were it to be found (its environ, its binding), and with
+# B's own job token naming A's run.
+stolen=$(tr '\0' '\n' < "/proc/$VICTIM_PID/environ" 2>/dev/null | sed -n 's/^STARFORGE_TOKEN=//p')
+stolen=${stolen:-$(grep -ho '"job_token": *"[^"]*"' "$VICTIM_RUN"/state/*.binding.json 2>/dev/null \
+  | head -n1 | sed 's/.*: *"\(.*\)"/\1/')}
+echo "probe: stolen-token=${stolen:+found}"
+post() {
+  curl -s -o /dev/null -w '%{http_code}' ${STARFORGE_CA_FILE:+--cacert "$STARFORGE_CA_FILE"} \
+    -H "X-StarForge-Run-Token: $1" -H 'Content-Type: application/json' \
+    --data '{"steps": [{"step": 7, "values": {"loss": 666.0}}]}' \
+    "$STARFORGE_ENDPOINT/api/v1/runs/$VICTIM_ID/ingest"
+}
+echo "probe: ingest-stolen=$(post "${stolen:-none}")"
+echo "probe: ingest-own-token=$(post "$STARFORGE_TOKEN")"
 """
 
 
@@ -337,7 +389,7 @@ def test_a_members_job_on_slurm_cannot_reach_another_members_running_job_secrets
     )
     env = (
         f"VICTIM_PID={pid}\nVICTIM_SECRET_FILE={secret_file}\nVICTIM_RUN={run_dir}\n"
-        f"VICTIM_WORK={run_dir / 'work'}\n"
+        f"VICTIM_WORK={run_dir / 'work'}\nVICTIM_ID={victim}\n"
     )
     got = submit(bob, job_lab(new_lab, "attacker", ATTACKER, {"target.env": env}), "attacker")
     assert got.code == 0, got.err
@@ -352,6 +404,9 @@ def test_a_members_job_on_slurm_cannot_reach_another_members_running_job_secrets
     )  # fmt: skip
     assert {k: seen[k] for k in tries} == dict.fromkeys(tries, "no"), b_log
     assert seen["hf-home"].startswith(str(b_run["run_dir"]))  # B's own cache, in B's run
+    assert seen["stolen-token"] == "", b_log  # no token of A's to be found
+    refused = ("401", "403", "404")
+    assert seen["ingest-stolen"] in refused and seen["ingest-own-token"] in refused, b_log
 
     (gates / victim).touch()
     a_run = finished(alice, victim)
@@ -364,3 +419,9 @@ def test_a_members_job_on_slurm_cannot_reach_another_members_running_job_secrets
     assert mine["intact"] == hashlib.sha256(expected).hexdigest()[:12]
     assert (run_dir / "out" / "result.txt").read_text() == "victory\n"
     assert "hf_alice_token_3e5f" not in b_log
+    # A's own point went in with A's token; B's did not, by any token.
+    assert mine["ingest"] == "200", a_log
+    curves = alice("job", "metrics", victim, "--json")
+    assert curves.code == 0, curves.err
+    series = {s["key"]: s for s in curves.json()["series"]}  # type: ignore[index, union-attr]
+    assert series["loss"]["steps"] == [1] and series["loss"]["values"] == [1.0], curves.out

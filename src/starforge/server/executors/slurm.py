@@ -27,9 +27,18 @@ are ``slurm:<jobid>:<rank>``: every node of an attempt shares its job.
   recording the start adopts the job by that id.
 - A member's attempt runs as the member's Unix account: the bindings' ``job_user``
   (``services/access/isolation.job_account``). Before ``sbatch --uid/--gid`` the run's folder and
-  the member's folder of runs are handed to that account and closed to every other (0700), so its
-  runners (which run as it, not as root) write their logs and records there, and no other
-  member's job can enter them. The server, root, still reads and writes them.
+  the folders above it are handed to that account: the run its own and closed to every other
+  (0700), the member's folder of runs and those down to the run root's, entered by the account's
+  group only (0750). Its runners (which run as it, not as root) write their logs and records
+  there, and no other member's job can enter them. The server, root, still reads and writes
+  them.
+- When that attempt's Slurm job is over (every process of it gone, as Slurm says: not when the
+  runners report, since a stopped node may still be checkpointing), the server takes the run
+  back (``reap``, once per reconciler tick): root's, the account's group reading what its job
+  wrote and writing nothing, so the member's later jobs (the same account) cannot change a
+  finished run that other runs read through ``--init-from`` or a retry. The next attempt's
+  submit hands it over again. Which runs an account holds is written, before ``sbatch``, to
+  ``<storage root>/slurm-handed/`` (root's), so a server that restarts still takes them back.
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ import json
 import logging
 import os
 import pwd
+import stat
 import subprocess
 import sys
 import threading
@@ -59,6 +69,7 @@ log = logging.getLogger(__name__)
 PREFIX = "slurm:"
 CLI_TIMEOUT_S = 30.0
 CLUSTER_CACHE_S = 2.0  # how long admission's partition check reuses one sinfo answer
+HANDED = "slurm-handed"  # <storage root>/HANDED/<job name>.json: an account holds that run
 
 
 class SlurmError(StarForgeError):
@@ -150,6 +161,11 @@ class SlurmExecutor:
         self._stop_lock = threading.Lock()  # not _lock: that one is held during a squeue
         self._cluster: slurm_inventory.Cluster | None = None
         self._cluster_at = -1e9
+        # Where the runs handed to accounts are listed: the storage root, which the runtime
+        # passes as a mount (the first server of a restart knows it before any start), and
+        # every storage root a start named.
+        self._roots = {Path(m) for m in self.mounts}
+        self._hand_lock = threading.Lock()  # a hand-over and a take-back never interleave
 
     # ---- reading Slurm ---------------------------------------------------------------------
 
@@ -268,14 +284,79 @@ class SlurmExecutor:
         if tried is not None and not tried.exists():
             write_json_atomic(tried, {"job_name": job_name, "at": time.time()})
         account = submit_account(nodes[0].binding_path)
-        if account is not None:
-            stage_run(nodes[0].binding_path, account)
-            hand_run_to(account, nodes[0].binding_path.parent.parent)
-        script = slurm_compile.compile_batch(self.batch_job(job_name, nodes, pools, image))
-        out = run_cli(slurm_compile.sbatch_argv(account), stdin=script)
+        held = None if account is None else self._hand_over(job_name, nodes[0], account)
+        try:
+            script = slurm_compile.compile_batch(self.batch_job(job_name, nodes, pools, image))
+            out = run_cli(slurm_compile.sbatch_argv(account), stdin=script)
+        except BaseException:
+            if held is not None:  # no job holds the run: it is root's again at once
+                self._take_back(held)
+            raise
         job_id = int(out.strip().split(";")[0])
         self._submitted[job_id] = time.monotonic()  # a squeue asked before now cannot list it
+        if held is not None:
+            with self._hand_lock:
+                _write_handed(held, {**_read_handed(held), "job_id": job_id})
         return {n.rank: f"{PREFIX}{job_id}:{n.rank}" for n in nodes}
+
+    def _hand_over(self, job_name: str, node: NodeLaunch, account: slurm_compile.Account) -> Path:
+        """Stage the run and hand it to ``account``, listed first as held by this attempt (the
+        entry that ``reap`` takes it back by); the entry's path."""
+        storage = Path(Binding.read(node.binding_path.read_bytes()).storage_root)
+        run_dir = node.binding_path.parent.parent
+        held = storage / HANDED / f"{job_name}.json"
+        with self._hand_lock:
+            self._roots.add(storage)
+            held.parent.mkdir(mode=0o700, exist_ok=True)
+            entry = {"run_dir": str(run_dir), "uid": account.uid, "gid": account.gid}
+            _write_handed(held, {**entry, "job_id": None})
+        try:
+            stage_run(node.binding_path, account)
+            with self._hand_lock:  # not while reap takes an earlier attempt's run back
+                hand_run_to(account, run_dir)
+        except BaseException:
+            self._take_back(held)
+            raise
+        return held
+
+    def reap(self) -> None:
+        """Take back the runs of the attempts whose Slurm jobs are over (once per reconciler
+        tick; it asks Slurm nothing while no account holds a run)."""
+        for root in list(self._roots):
+            try:
+                entries = sorted((root / HANDED).glob("*.json"))
+            except OSError:
+                continue
+            for held in entries:
+                try:
+                    if self._job_is_over(held):
+                        self._take_back(held)
+                except SlurmError:
+                    return  # Slurm cannot say now: nothing is taken back until it can
+                except (OSError, ValueError):
+                    log.warning("could not take back the run %s lists", held, exc_info=True)
+
+    def _job_is_over(self, held: Path) -> bool:
+        """Whether no process of the attempt ``held`` names can still write into its run."""
+        job_id = _read_handed(held).get("job_id")
+        if isinstance(job_id, int):
+            return not any(j.alive for j in self._components(job_id))
+        if not _before_this_process(held):
+            return False  # this server is submitting it now
+        # A server that died between the hand-over and recording the job: Slurm knows its name.
+        name = held.name.removesuffix(".json")
+        return not any(j.alive and j.name == name for j in self.jobs().values())
+
+    def _take_back(self, held: Path) -> None:
+        """Drop the entry ``held``; take its run back unless another attempt holds it now."""
+        with self._hand_lock:
+            entry = _read_handed(held)
+            held.unlink(missing_ok=True)
+            run_dir = str(entry.get("run_dir", ""))
+            others = [_read_handed(p).get("run_dir") for p in held.parent.glob("*.json")]
+            uid, gid = entry.get("uid"), entry.get("gid")
+            if run_dir and isinstance(uid, int) and isinstance(gid, int) and run_dir not in others:
+                take_run_back(Path(run_dir), uid, gid)
 
     @staticmethod
     def _submit_marker(job_name: str, nodes: list[NodeLaunch]) -> Path | None:
@@ -436,14 +517,16 @@ def stage_run(binding_path: Path, account: slurm_compile.Account) -> None:
 
 
 def hand_run_to(account: slurm_compile.Account, run_dir: Path) -> None:
-    """Give ``account`` its run's folders (recursively: a retry's new bindings too) and the
-    member's folder of runs, each closed to every other account (0700). The run's dataset views
-    stay root's (read-only links to the cache: the job must change none of them)."""
+    """Give ``account`` its run's folders (recursively: a retry's new bindings too), closed to
+    every other account (0700). The member's folder of runs and the folders down to the run stay
+    root's, entered and listed by the account's group only (0750; as a per-run uid's member's
+    group on a host): the account can rename none of its finished runs away. The run's dataset
+    views stay root's (read-only links to the cache: the job must change none of them)."""
     mine = run_dir.parents[2] if len(run_dir.parents) > 3 else None  # <root>/runs/<member>
     if mine is not None and mine.parent.name == "runs":
         for folder in [mine, *[p for p in run_dir.parents if mine in p.parents]]:
-            os.chown(folder, account.uid, account.gid)
-        os.chmod(mine, 0o700)
+            os.chown(folder, 0, account.gid)
+            os.chmod(folder, 0o750)
     for sub in RUN_SUBDIRS:
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
     os.chown(run_dir, account.uid, account.gid)
@@ -454,6 +537,47 @@ def hand_run_to(account: slurm_compile.Account, run_dir: Path) -> None:
             dirs.remove(views.name)  # neither followed nor handed over
         for name in dirs + files:
             os.lchown(os.path.join(folder, name), account.uid, account.gid)
+
+
+def take_run_back(run_dir: Path, uid: int, gid: int) -> None:
+    """Make a run whose job (of account ``uid``) is over root's again: every folder and file of
+    it owned by root with group ``gid`` (the account's), the group reading (and entering) what
+    its owner could, writing nothing, others nothing; its ``state`` (the runner's bindings and
+    records) root's alone. Links are never followed. Each folder is taken before what it holds
+    is listed, so a job of the same account running meanwhile cannot swap an entry for a link
+    under the walk."""
+    views = RunLayout(run_dir).datasets  # root's already: links to the cache
+    _close(run_dir, uid, gid)
+    for folder, dirs, files in os.walk(run_dir):
+        if Path(folder) == run_dir and views.name in dirs:
+            dirs.remove(views.name)
+        for name in dirs + files:
+            _close(os.path.join(folder, name), uid, gid)
+    state = RunLayout(run_dir).state
+    if state.is_dir() and not state.is_symlink():
+        os.chmod(state, 0o700)
+
+
+def _close(path: str | Path, uid: int, gid: int) -> None:
+    st = os.lstat(path)
+    if stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and st.st_uid != uid:
+        return  # a hard link the job made to a file not its own: that file is left as it is
+    os.lchown(path, 0, gid)
+    if stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode):
+        owner = st.st_mode & 0o700
+        os.chmod(path, owner | (owner & 0o500) >> 3)
+
+
+def _read_handed(held: Path) -> dict[str, Any]:
+    try:
+        entry = json.loads(held.read_text())
+    except FileNotFoundError:
+        return {}
+    return entry if isinstance(entry, dict) else {}
+
+
+def _write_handed(held: Path, entry: dict[str, Any]) -> None:
+    write_json_atomic(held, entry, mode=0o600)
 
 
 def _create_once(path: Path, record: dict[str, Any]) -> None:
