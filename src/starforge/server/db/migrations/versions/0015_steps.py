@@ -5,6 +5,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from starforge.server.db.migration_ops import run_id_column
+
 revision = "0015_steps"
 down_revision = "0014_secrets"
 
@@ -12,11 +14,10 @@ down_revision = "0014_secrets"
 def upgrade() -> None:
     op.create_table(
         "run_steps",
-        sa.Column("run_id", sa.String(32), nullable=False),
+        run_id_column(),
         sa.Column("root_run_id", sa.String(32), nullable=False),
         sa.Column("position", sa.Integer(), nullable=False),
         sa.Column("action", sa.String(20), nullable=False),
-        sa.ForeignKeyConstraint(["run_id"], ["runs.id"], ondelete="CASCADE"),
         sa.ForeignKeyConstraint(["root_run_id"], ["runs.id"], ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("run_id"),
         sa.UniqueConstraint("root_run_id", "position", name="uq_run_steps_root_pos"),

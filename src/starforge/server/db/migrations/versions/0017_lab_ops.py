@@ -5,6 +5,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from starforge.server.db.migration_ops import run_id_column
+
 revision = "0017_lab_ops"
 down_revision = "0015_steps"
 
@@ -29,11 +31,10 @@ def upgrade() -> None:
     )
     op.create_table(
         "maintenance_paused",
-        sa.Column("run_id", sa.String(32), nullable=False),
+        run_id_column(),
         sa.Column("seq", sa.Integer(), nullable=False),
         sa.Column("priority", sa.Integer(), nullable=False),
         sa.Column("paused_at", sa.DateTime(), nullable=False),
-        sa.ForeignKeyConstraint(["run_id"], ["runs.id"], ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("run_id"),
     )
     op.create_table(

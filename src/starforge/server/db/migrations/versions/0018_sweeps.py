@@ -5,6 +5,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from starforge.server.db.migration_ops import run_id_column
+
 revision = "0018_sweeps"
 down_revision = "0017_lab_ops"
 
@@ -27,24 +29,22 @@ def upgrade() -> None:
     op.create_table(
         "sweep_runs",
         sa.Column("sweep_id", sa.String(32), nullable=False),
-        sa.Column("run_id", sa.String(32), nullable=False),
+        run_id_column(),
         sa.Column("index", sa.Integer(), nullable=False),
         sa.Column("params", sa.JSON(), nullable=False),
         sa.Column("stopped_rung", sa.Integer(), nullable=True),
         sa.Column("note", sa.Text(), nullable=False),
         sa.ForeignKeyConstraint(["sweep_id"], ["sweeps.id"], ondelete="CASCADE"),
-        sa.ForeignKeyConstraint(["run_id"], ["runs.id"], ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("sweep_id", "run_id"),
     )
     op.create_table(
         "preemptions",
         sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
-        sa.Column("run_id", sa.String(32), nullable=False),
+        run_id_column(),
         sa.Column("by_run", sa.String(32), nullable=False),
         sa.Column("by_priority", sa.Integer(), nullable=False),
         sa.Column("at", sa.DateTime(), nullable=False),
         sa.Column("requeued", sa.Boolean(), nullable=False),
-        sa.ForeignKeyConstraint(["run_id"], ["runs.id"], ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("id"),
     )
     op.create_index("ix_preemptions_run_id", "preemptions", ["run_id"])

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from starforge.server.db.migration_ops import run_id_column
+
 revision = "0024_reactions"
 down_revision = "0023_registry_logins"
 
@@ -13,12 +15,7 @@ def upgrade() -> None:
     op.create_table(
         "reactions",
         sa.Column("id", sa.Integer(), primary_key=True, autoincrement=True),
-        sa.Column(
-            "run_id",
-            sa.String(32),
-            sa.ForeignKey("runs.id", ondelete="CASCADE"),
-            nullable=False,
-        ),
+        run_id_column(),
         sa.Column("kind", sa.String(32), nullable=False),
         sa.Column("detail", sa.JSON(), nullable=False),
         sa.Column("created_at", sa.DateTime(), nullable=False),
