@@ -287,12 +287,9 @@ def user_set_role(
 
     Example: sf admin user set-role alice operator
     """
-    from starforge.cli.connect import connect
+    from starforge.cli.connect import request
 
-    out.set_json(json_out)
-    with connect() as client:
-        done = client.set_role(name, role.value)
-    out.data(done.model_dump(mode="json"))
+    done = request(json_out, lambda client: client.set_role(name, role.value))
     out.success(f"{done.name} is now {done.role.value}")
 
 
@@ -319,14 +316,11 @@ def user_set_unix(
 
       sf admin user set-unix alice --unset
     """
-    from starforge.cli.connect import connect
+    from starforge.cli.connect import request
 
     if (unix_user is None) == (not unset):
         raise typer.BadParameter("give a Unix account, or --unset (not both)")
-    out.set_json(json_out)
-    with connect() as client:
-        done = client.set_unix_user(name, unix_user)
-    out.data(done.model_dump(mode="json"))
+    done = request(json_out, lambda client: client.set_unix_user(name, unix_user))
     if done.unix_user:
         out.success(f"{done.name}'s jobs run as Unix user {done.unix_user} on Slurm")
     else:
@@ -334,12 +328,9 @@ def user_set_unix(
 
 
 def _set_disabled(name: str, disabled: bool, json_out: bool) -> None:
-    from starforge.cli.connect import connect
+    from starforge.cli.connect import request
 
-    out.set_json(json_out)
-    with connect() as client:
-        done = client.set_disabled(name, disabled)
-    out.data(done.model_dump(mode="json"))
+    done = request(json_out, lambda client: client.set_disabled(name, disabled))
     out.success(f"{done.name} is {'disabled' if done.disabled else 'enabled'}")
 
 
@@ -371,7 +362,6 @@ def user_enable(
 
 
 def _show_images(found: ImageAdmin) -> None:
-    out.data(found.model_dump(mode="json"))
     rows = [[fw, ref, "admin"] for fw, ref in sorted(found.defaults.items())]
     rows += [[rid, ref, "server.yaml"] for rid, ref in sorted(found.runtime_images.items())]
     out.table(["FRAMEWORK / RUNTIME", "IMAGE", "SET IN"], rows)
@@ -388,11 +378,9 @@ def image_default(
 
     Example: sf admin image default trl ghcr.io/my-lab/trl:1.16.0
     """
-    from starforge.cli.connect import connect
+    from starforge.cli.connect import request
 
-    out.set_json(json_out)
-    with connect() as client:
-        found = client.set_image_default(framework, ref)
+    found = request(json_out, lambda client: client.set_image_default(framework, ref))
     _show_images(found)
     out.success(f"{framework}: {ref or 'no default (the runtime registry or catalog decide)'}")
 
@@ -403,11 +391,9 @@ def image_ls(json_out: JsonOpt = False) -> None:
 
     Example: sf admin image ls
     """
-    from starforge.cli.connect import connect
+    from starforge.cli.connect import request
 
-    out.set_json(json_out)
-    with connect() as client:
-        _show_images(client.image_settings())
+    _show_images(request(json_out, lambda client: client.image_settings()))
 
 
 @secrets_app.command("rotate-key")
@@ -417,12 +403,9 @@ def secrets_rotate_key(json_out: JsonOpt = False) -> None:
     With STARFORGE_SECRETS_KEY, put the new key first (comma, then the old), restart the server,
     run this, then drop the old key. Example: sf admin secrets rotate-key
     """
-    from starforge.cli.connect import connect
+    from starforge.cli.connect import request
     from starforge.client import secrets
 
-    out.set_json(json_out)
-    with connect() as client:
-        done = secrets.rotate_key(client)
-    out.data(done.model_dump(mode="json"))
+    done = request(json_out, secrets.rotate_key)
     retired = f"; retired {', '.join(done.retired)}" if done.retired else ""
     out.success(f"{done.reencrypted} secret(s) re-encrypted under key {done.key_id}{retired}")

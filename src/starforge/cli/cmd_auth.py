@@ -190,10 +190,7 @@ def token_revoke(
 
     Example: sf token revoke laptop
     """
-    from starforge.cli.connect import connect
+    from starforge.cli.connect import request
 
-    out.set_json(json_out)
-    with connect() as client:
-        done = client.revoke_token(ref)
-    out.data(done.model_dump(mode="json"))
+    done = request(json_out, lambda client: client.revoke_token(ref))
     out.success(f"token {done.name} revoked")

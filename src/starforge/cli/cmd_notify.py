@@ -52,13 +52,10 @@ def add(
 @app.command("ls")
 def ls(json_out: JsonOpt = False) -> None:
     """List your webhooks (never their secrets)."""
-    from starforge.cli.connect import connect
+    from starforge.cli.connect import request
     from starforge.client import labops
 
-    out.set_json(json_out)
-    with connect() as client:
-        found = labops.endpoints(client)
-    out.data(found.model_dump(mode="json"))
+    found = request(json_out, labops.endpoints)
     if not found.endpoints:
         out.line("no webhooks: `sf notify add URL` adds one")
         return
@@ -95,13 +92,10 @@ def log(
     json_out: JsonOpt = False,
 ) -> None:
     """Show delivery tries: when, which run and status, the HTTP answer or the error."""
-    from starforge.cli.connect import connect
+    from starforge.cli.connect import request
     from starforge.client import labops
 
-    out.set_json(json_out)
-    with connect() as client:
-        found = labops.deliveries(client, endpoint_id, limit)
-    out.data(found.model_dump(mode="json"))
+    found = request(json_out, lambda client: labops.deliveries(client, endpoint_id, limit))
     out.table(
         ["AT", "WEBHOOK", "RUN", "EVENT", "RESULT"],
         [

@@ -30,8 +30,15 @@ app = typer.Typer(
 )
 
 
-def _show_registries(found: ImageAdmin) -> None:
-    out.data(found.model_dump(mode="json"))
+def _set_allowed(entry: str, allowed: bool, json_out: bool) -> None:
+    """Add ``entry`` to the allowlist or remove it, then show the list as it is now."""
+    from starforge.cli.connect import request
+
+    found = request(json_out, lambda client: client.update_registry(entry, allowed=allowed))
+    _print_registries(found)
+
+
+def _print_registries(found: ImageAdmin) -> None:
     out.table(["REGISTRY", "SET IN"], [[e.entry, e.source] for e in found.registries])
     out.line(escape(found.summary))
 
@@ -45,12 +52,7 @@ def registry_allow(
 
     Example: sf admin registry allow 127.0.0.1:5000/lab
     """
-    from starforge.cli.connect import connect
-
-    out.set_json(json_out)
-    with connect() as client:
-        found = client.update_registry(entry, allowed=True)
-    _show_registries(found)
+    _set_allowed(entry, True, json_out)
 
 
 @app.command("deny")
@@ -62,12 +64,7 @@ def registry_deny(
 
     Example: sf admin registry deny 127.0.0.1:5000/lab
     """
-    from starforge.cli.connect import connect
-
-    out.set_json(json_out)
-    with connect() as client:
-        found = client.update_registry(entry, allowed=False)
-    _show_registries(found)
+    _set_allowed(entry, False, json_out)
 
 
 def _show_logins(found: RegistryLoginList) -> None:
@@ -93,8 +90,7 @@ def registry_ls(json_out: JsonOpt = False) -> None:
         found = client.image_settings()
         logins = registries.logins(client)
     out.data({**found.model_dump(mode="json"), **logins.model_dump(mode="json")})
-    out.table(["REGISTRY", "SET IN"], [[e.entry, e.source] for e in found.registries])
-    out.line(escape(found.summary))
+    _print_registries(found)
     _show_logins(logins)
 
 
@@ -162,13 +158,10 @@ def registry_logout(
 
     Example: sf admin registry logout nvcr.io
     """
-    from starforge.cli.connect import connect
+    from starforge.cli.connect import request
     from starforge.client import registries
 
-    out.set_json(json_out)
-    with connect() as client:
-        done = registries.logout(client, host)
-    out.data(done.model_dump(mode="json"))
+    done = request(json_out, lambda client: registries.logout(client, host))
     if done.removed:
         out.success(f"login for {done.host} removed")
     else:

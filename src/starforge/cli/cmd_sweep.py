@@ -253,12 +253,9 @@ def status(
 
     Example: sf sweep status s-7f3a
     """
-    from starforge.cli.connect import connect
+    from starforge.cli.connect import request
 
-    out.set_json(json_out)
-    with connect() as client:
-        view = client.sweep(sweep, metric=metric)
-    out.data(view.model_dump(mode="json"))
+    view = request(json_out, lambda client: client.sweep(sweep, metric=metric))
     print_sweep(view)
 
 
@@ -327,12 +324,9 @@ def stop(sweep: SweepArg, json_out: JsonOpt = False) -> None:
 
     Example: sf sweep stop s-7f3a
     """
-    from starforge.cli.connect import connect
+    from starforge.cli.connect import request
 
-    out.set_json(json_out)
-    with connect() as client:
-        got = client.stop_sweep(sweep)
-    out.data(got.model_dump(mode="json"))
+    got = request(json_out, lambda client: client.stop_sweep(sweep))
     for r in got.results:
         out.line(("[green]✓[/green] " if r.accepted else "  ") + escape(r.message))
     if not got.results:

@@ -150,37 +150,28 @@ def drain(
 
     Example: sf admin maintenance drain --note "driver upgrade"
     """
-    from starforge.cli.connect import connect
+    from starforge.cli.connect import request
     from starforge.client import labops
 
-    out.set_json(json_out)
-    with connect() as client:
-        found = labops.drain(client, note)
-    out.data(found.model_dump(mode="json"))
+    found = request(json_out, lambda client: labops.drain(client, note))
     _print_maintenance(found)
 
 
 @maintenance_app.command("status")
 def maintenance_status(json_out: JsonOpt = False) -> None:
     """Show the drain: paused runs, blockers, and whether it is safe to restart."""
-    from starforge.cli.connect import connect
+    from starforge.cli.connect import request
     from starforge.client import labops
 
-    out.set_json(json_out)
-    with connect() as client:
-        found = labops.maintenance_status(client)
-    out.data(found.model_dump(mode="json"))
+    found = request(json_out, labops.maintenance_status)
     _print_maintenance(found)
 
 
 @maintenance_app.command("resume")
 def maintenance_resume(json_out: JsonOpt = False) -> None:
     """End maintenance: dispatch again and requeue the drained runs in their order."""
-    from starforge.cli.connect import connect
+    from starforge.cli.connect import request
     from starforge.client import labops
 
-    out.set_json(json_out)
-    with connect() as client:
-        found = labops.end_maintenance(client)
-    out.data(found.model_dump(mode="json"))
+    found = request(json_out, labops.end_maintenance)
     out.success(found.message)

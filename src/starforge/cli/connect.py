@@ -16,8 +16,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from typing import BinaryIO, Protocol
+from typing import BinaryIO, Protocol, TypeVar
 
+from pydantic import BaseModel
+
+from starforge.cli.output import out
 from starforge.client import config
 from starforge.client.http import Client
 from starforge.contract.errors import ServerUnreachable, StarForgeError, UntrustedCertificate
@@ -129,3 +132,16 @@ def connect(*, start: bool = True) -> Client:
         )
     url, _ = start_embedded()
     return Client(url, token=config.read_local_token(), ca_file=config.chosen_ca_file())
+
+
+Answer = TypeVar("Answer", bound=BaseModel)
+
+
+def request(json_out: bool, call: Callable[[Client], Answer]) -> Answer:
+    """What most commands do with the server: ``call`` on a connected client, its answer returned
+    and made the command's ``--json`` output (set by ``json_out``)."""
+    out.set_json(json_out)
+    with connect() as client:
+        answer = call(client)
+    out.data(answer.model_dump(mode="json"))
+    return answer
