@@ -1,8 +1,10 @@
-"""The previous release of StarForge, built from git into a venv of its own.
+"""Earlier releases of StarForge, each built from git into a venv of its own.
 
-Which release: the newest one in ``releases.toml`` before this version. Its commit: the tag
-``v<version>`` where the checkout has it, else the commit recorded in ``releases.toml`` (a
-fresh clone may carry no tags).
+Which releases: every one ``releases.toml`` records from ``MIN_CLIENT_VERSION`` (the oldest client
+this server accepts) up to this version, and always the newest before it (:func:`tested`). Its
+commit: the tag ``v<version>`` where the checkout has it, else the commit recorded in
+``releases.toml`` (a fresh clone may carry no tags). :func:`tags` reads the release tags a clone
+has, so that tests/test_release.py can hold them to the record.
 
 How it is built, offline: ``git archive`` of the commit's ``pyproject.toml``, ``README.md`` and
 ``src/`` into a folder; ``pip wheel --no-deps --no-build-isolation --no-index`` with the project's
@@ -13,8 +15,9 @@ same dependencies but never today's StarForge: the editable install's finder is 
 ``.pth`` file of that folder, and a path added by a ``.pth`` line has its own ``.pth`` files
 left unread. :func:`build` checks that ``starforge`` resolves inside the new venv.
 
-A build is kept under a cache folder by commit, made once per session by whichever xdist worker
-comes first (the others wait on its lock); about 4 s on two cores.
+A build is kept under a cache folder by version and commit, made once per session by whichever
+xdist worker comes first (the others wait on its lock), so each release tested costs one build of
+about 4 s on two cores.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from pathlib import Path
 
 from starforge import __version__
 from starforge.contract import versions
+from starforge.contract.api import MIN_CLIENT_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 RELEASES = ROOT / "releases.toml"
@@ -68,14 +72,51 @@ def previous_version(current: str = __version__) -> str | None:
     return max(older, key=lambda v: versions.parse(v) or ()) if older else None
 
 
-def _git(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+def tested(current: str = __version__, oldest: str = MIN_CLIENT_VERSION) -> list[str]:
+    """The releases the compatibility tests build, oldest first: each recorded one before
+    ``current`` that is not older than ``oldest`` (every client the server still accepts), and
+    the newest before ``current`` even when the minimum has passed it (its client must then get
+    the one-line 426)."""
+    chosen = {v for v in recorded() if versions.older(v, current) and not versions.older(v, oldest)}
+    newest = previous_version(current)
+    if newest is not None:
+        chosen.add(newest)
+    return sorted(chosen, key=lambda v: versions.parse(v) or ())
+
+
+def _git(*args: str, root: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
 
 
 def tagged_commit(version: str) -> str | None:
     """The commit the tag ``v<version>`` names in this checkout; None when it has no such tag."""
     done = _git("rev-parse", "--verify", "--quiet", f"refs/tags/v{version}^{{commit}}")
     return done.stdout.strip() if done.returncode == 0 else None
+
+
+@dataclass(frozen=True)
+class Tag:
+    """A release tag ``v<version>`` of this clone."""
+
+    version: str
+    commit: str  # the commit it names (peeled)
+    annotated: bool  # a tag object (git tag -a), not a bare ref
+
+
+def tags(root: Path = ROOT) -> dict[str, Tag]:
+    """Every ``v<version>`` tag the clone at ``root`` has, by version (empty without tags)."""
+    form = "%(refname:strip=2) %(objecttype) %(objectname) %(*objectname)"
+    done = _git("for-each-ref", f"--format={form}", "refs/tags/v*", root=root)
+    assert done.returncode == 0, done.stderr
+    found: dict[str, Tag] = {}
+    for line in done.stdout.splitlines():
+        name, kind, target, *peeled = line.split()
+        version = name.removeprefix("v")
+        if versions.parse(version) is None:
+            continue  # a tag of another kind (v-next, vendor): no release
+        commit = peeled[0] if peeled else target  # a bare ref names its commit itself
+        found[version] = Tag(version, commit, kind == "tag")
+    return found
 
 
 def commit_of(version: str) -> str | None:

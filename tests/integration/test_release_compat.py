@@ -1,17 +1,22 @@
-"""The previous release and this one, together, as users run them (docs/releases.md).
+"""Earlier releases and this one, together, as users run them (docs/releases.md).
 
-The previous release is built from git (tests/previous_release.py: its tag, else the commit in
-releases.toml) into a venv of its own, and its own ``sf`` runs as a separate process:
+Each earlier release is built from git (tests/previous_release.py: its tag, else the commit in
+releases.toml) into a venv of its own, and its own ``sf`` runs as a separate process. Every
+release this server still accepts the client of (from ``MIN_CLIENT_VERSION`` on, and always the
+newest before this one) is tested, not only the newest: the ``previous`` fixture is parametrized
+over them (``previous_release.tested``), one build each, shared by the tests:
 
 - its client against this server: init, new, submit, status, ls, logs, whoami, server status
   work (or, below the oldest client this server accepts, each prints the one-line 426);
 - its client below an admin's ``min_client_version``: exactly the one line naming the upgrade;
-- this client against its server (started by its own ``sf server start``);
-- its runner through an upgrade: a run started by its server keeps running while that server
-  stops and this one starts on the same home (database migrated), beats to this server, and
-  ends ``succeeded``;
+- this client against its server (started by its own ``sf server start``), for each release
+  from ``MIN_SERVER_VERSION`` on;
 - every route's request and answer, the binding and the log events, compared by schema
-  (tests/wire_compat.py), for the values no run reaches.
+  (tests/wire_compat.py), for the values no run reaches;
+- the newest release's runner through an upgrade (the policy promises the previous minor
+  release's runners): a run started by its server keeps running while that server stops and
+  this one starts on the same home (database migrated), beats to this server, and ends
+  ``succeeded``.
 
 No output may hold a traceback. The jobs that must outlive a server wait for a gate file the test
 creates, so nothing depends on timing.
@@ -48,10 +53,23 @@ IMAGE = "registry.example/train:v1"
 FINAL = {"succeeded", "failed", "stopped"}
 
 
-@pytest.fixture(scope="session")
-def previous(tmp_path_factory: pytest.TempPathFactory) -> previous_release.Release:
-    version = previous_release.previous_version()
-    assert version is not None, "releases.toml records no release before this one"
+TESTED = previous_release.tested()
+NEWEST = previous_release.previous_version()
+SERVERS = previous_release.tested(oldest=MIN_SERVER_VERSION)
+
+
+def release_id(version: str) -> str:
+    return f"v{version}"
+
+
+@pytest.fixture(scope="session", params=TESTED, ids=release_id)
+def previous(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> previous_release.Release:
+    """An earlier release in its venv: each of ``TESTED`` in turn, or the one a test names by
+    ``@pytest.mark.parametrize("previous", ..., indirect=True)``."""
+    assert NEWEST is not None, "releases.toml records no release before this one"
+    version: str = request.param
     commit = previous_release.commit_of(version)
     if commit is None:
         why = f"release {version}'s commit is not in this clone (a full clone or git fetch --tags)"
@@ -167,13 +185,19 @@ def wire_of(python: Path, cwd: Path) -> dict[str, object]:
     return loaded
 
 
+@pytest.fixture(scope="session")
+def todays_wire(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """This release's wire, read once for every earlier release it is compared with."""
+    return wire_of(Path(sys.executable), tmp_path_factory.mktemp("wire"))
+
+
 def test_every_message_of_either_release_reads_on_the_other_side(
-    previous: previous_release.Release, tmp_path: Path
+    previous: previous_release.Release, todays_wire: dict[str, object], tmp_path: Path
 ) -> None:
     """Every route's request and answer, the binding and the log events, compared field by
     field: what the runs below exercise, and the values they never reach (a status, an end
     reason), in each direction the policy promises."""
-    old, new = wire_of(previous.python, tmp_path), wire_of(Path(sys.executable), tmp_path)
+    old, new = wire_of(previous.python, tmp_path), todays_wire
     clients = not versions.older(previous.version, MIN_CLIENT_VERSION)
     servers = not versions.older(previous.version, MIN_SERVER_VERSION)
     told = answering.unknown_to(previous.version)  # answered to its clients as values they know
@@ -245,6 +269,7 @@ def old_server(
         old_sf(home, "server", "stop")
 
 
+@pytest.mark.parametrize("previous", SERVERS, ids=release_id, indirect=True)
 def test_todays_client_works_with_the_previous_releases_server(
     previous: previous_release.Release,
     todays_sf: Callable[..., Result],
@@ -287,7 +312,9 @@ def utc(when: datetime) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
+@pytest.mark.parametrize("previous", [NEWEST], ids=release_id, indirect=True)
 def test_the_previous_releases_runner_keeps_reporting_through_an_upgrade(
+    previous: previous_release.Release,
     old_sf: Callable[..., Result],
     todays_sf: Callable[..., Result],
     tmp_path: Path,
