@@ -18,6 +18,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from starforge.client.config import pid_alive
 from starforge.contract.errors import RunnerError
 from starforge.contract.layout import RunLayout
 
@@ -61,15 +62,8 @@ def uid_has_processes(uid: int) -> bool:
 
 
 def _alive(pid: object) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    """Whether a holder file's ``pid`` names a live process (a zombie runner is gone)."""
+    return isinstance(pid, int) and pid > 0 and pid_alive(pid)
 
 
 def _holder(path: Path) -> dict[str, object] | None:
