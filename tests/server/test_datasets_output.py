@@ -63,7 +63,7 @@ def test_an_output_version_that_exists_or_is_not_yours_is_refused_at_admission(
         submit_with_output(rt, "alice", "alice/scored@v1")
     with pytest.raises(Rejected, match="only into your own datasets"):
         submit_with_output(rt, "alice", "bob/scored@v1")
-    assert jobs.list_runs(rt, member("alice")) == []
+    assert jobs.page(rt, member("alice")).runs == []
 
 
 def test_an_output_with_a_secret_is_not_published(rt: Runtime) -> None:

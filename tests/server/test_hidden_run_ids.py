@@ -29,7 +29,7 @@ def test_a_member_sees_why_it_waits_without_the_other_users_run_ids(rt: Runtime)
     admin_view = jobs.get(rt, users.Caller("root", Role.ADMIN), alice_run)
     assert admin_view.pending is not None and bob_run in admin_view.pending.detail
     member = users.Caller("alice", Role.MEMBER)
-    for view in (jobs.get(rt, member, alice_run), jobs.list_runs(rt, member)[0]):
+    for view in (jobs.get(rt, member, alice_run), jobs.page(rt, member).runs[0]):
         assert view.pending is not None and view.pending.detail
         texts = [view.reason, view.pending.message, view.pending.detail, view.pending.next_event]
         assert not any(bob_run in t for t in [*texts, *view.pending.blocking_runs])

@@ -179,14 +179,14 @@ def test_the_list_is_the_users_runs_newest_first_filtered_by_status(rt: Runtime)
     insert_run(rt, "r-new0000002", minutes=5)
     insert_run(rt, "r-bob0000003", user="bob", minutes=9)
     force(rt, "r-old0000001", JobStatus.STOPPED)
-    assert [r.run_id for r in jobs.list_runs(rt, member("alice"))] == [
+    assert [r.run_id for r in jobs.page(rt, member("alice")).runs] == [
         "r-new0000002",
         "r-old0000001",
     ]
-    assert [r.run_id for r in jobs.list_runs(rt, member("alice"), status=JobStatus.STOPPED)] == [
+    assert [r.run_id for r in jobs.page(rt, member("alice"), status=JobStatus.STOPPED).runs] == [
         "r-old0000001"
     ]
-    assert [r.run_id for r in jobs.list_runs(rt, member("alice"), limit=1)] == ["r-new0000002"]
+    assert [r.run_id for r in jobs.page(rt, member("alice"), limit=1).runs] == ["r-new0000002"]
 
 
 def test_a_run_view_carries_its_attempts_events_and_spec(rt: Runtime) -> None:

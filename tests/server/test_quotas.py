@@ -140,7 +140,7 @@ def test_the_submit_answer_places_a_run_by_priority_and_age_and_its_view_by_fair
     live = {
         r.run_id: r.queue_position
         for user in ("alice", "bob")
-        for r in jobs.list_runs(rt, member(user))
+        for r in jobs.page(rt, member(user)).runs
         if r.status == JobStatus.QUEUED
     }
     # alice holds 16 GPUs and bob none: the scheduler considers bob's run first.
@@ -232,7 +232,7 @@ def test_reading_a_queued_run_shows_the_latest_pass_and_never_plans_again(rt: Ru
     last = rt.queue_pass
     assert last is not None
     views = [jobs.get(rt, member("bob"), waiting) for _ in range(3)]
-    listed = [v for v in jobs.list_runs(rt, member("bob")) if v.run_id == waiting]
+    listed = [v for v in jobs.page(rt, member("bob")).runs if v.run_id == waiting]
     assert rt.queue_pass is last  # no read made a pass of its own
     assert views[0].pending is not None and views[0].pending.next_event == f"when {holder} ends"
     assert views[0].reason == last.decisions[waiting].reason == run_row(rt, waiting).reason

@@ -145,8 +145,8 @@ def test_a_run_without_steps_creates_nothing_when_it_succeeds(rt: Runtime) -> No
 def test_listing_without_steps_hides_step_runs_and_with_steps_shows_them(rt: Runtime) -> None:
     root = submit_sft(rt, ["export"])
     succeed(rt, root)
-    hidden = jobs.list_runs(rt, member("alice"), hide_steps=True)
-    shown = jobs.list_runs(rt, member("alice"))
+    hidden = jobs.page(rt, member("alice"), hide_steps=True).runs
+    shown = jobs.page(rt, member("alice")).runs
     assert [r.run_id for r in hidden] == [root]
     assert len(shown) == 2
     assert hidden[0].steps[0].status is JobStatus.QUEUED

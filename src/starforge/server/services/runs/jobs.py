@@ -443,18 +443,6 @@ def _why_texts(v: RunView) -> list[str]:
     return texts
 
 
-def list_runs(
-    rt: Runtime,
-    user: users.Caller,
-    *,
-    limit: int = 50,
-    status: JobStatus | None = None,
-    hide_steps: bool = False,
-    before: str | None = None,
-) -> list[RunView]:
-    return page(rt, user, limit=limit, status=status, hide_steps=hide_steps, before=before).runs
-
-
 # A listing's order, newest first; an index per filter serves it in this order (migration 0026:
 # a user's own runs, with a status, everyone's, with a status, a project's), so a page reads its
 # ``limit`` rows and never the history behind them.
