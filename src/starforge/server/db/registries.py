@@ -9,23 +9,17 @@ password and a ciphertext moved to another host does not open.
 
 from __future__ import annotations
 
-from datetime import datetime
-
-from sqlalchemy import String, Text
+from sqlalchemy import String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from starforge.server.db.models import Base, UTCDateTime, utcnow
+from starforge.server.db.models import Base
+from starforge.server.db.secrets import Sealed
 
 
-class RegistryLogin(Base):
+class RegistryLogin(Sealed, Base):
     """``sf admin registry login HOST``: the credentials the server uses for that registry."""
 
     __tablename__ = "registry_logins"
 
     host: Mapped[str] = mapped_column(String(260), primary_key=True)  # HOST[:PORT], lower case
     username: Mapped[str] = mapped_column(String(256))
-    ciphertext: Mapped[str] = mapped_column(Text())  # base64(nonce || AES-GCM ciphertext)
-    key_id: Mapped[str] = mapped_column(String(64))
-    set_by: Mapped[str] = mapped_column(String(100), default="")
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

@@ -17,7 +17,19 @@ from sqlalchemy.orm import Mapped, mapped_column
 from starforge.server.db.models import Base, UTCDateTime, utcnow
 
 
-class Secret(Base):
+class Sealed:
+    """The columns of a row that keeps a value sealed: the ciphertext, the id of the key that
+    sealed it (``services/access/secret_keys``), who set it and when; a secret and a registry
+    login are both such rows."""
+
+    ciphertext: Mapped[str] = mapped_column(Text())  # base64(nonce || AES-GCM ciphertext)
+    key_id: Mapped[str] = mapped_column(String(64))
+    set_by: Mapped[str] = mapped_column(String(100), default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class Secret(Sealed, Base):
     __tablename__ = "secrets"
     __table_args__ = (UniqueConstraint("scope", "owner", "name", name="uq_secrets_scope_owner"),)
 
@@ -25,8 +37,3 @@ class Secret(Base):
     scope: Mapped[str] = mapped_column(String(10))
     owner: Mapped[str] = mapped_column(String(100), default="")
     name: Mapped[str] = mapped_column(String(128))
-    ciphertext: Mapped[str] = mapped_column(Text())  # base64(nonce || AES-GCM ciphertext)
-    key_id: Mapped[str] = mapped_column(String(64))
-    set_by: Mapped[str] = mapped_column(String(100), default="")
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
