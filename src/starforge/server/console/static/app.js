@@ -498,6 +498,32 @@ function orderKeys(keys) {
   return [...first, ...keys.filter((k) => !first.includes(k)).sort()];
 }
 
+// One chart per metric key in `box`, made on first sight and kept in `charts` (a refresh redraws
+// it in place rather than rebuilding the page's charts).
+function chartFor(box, charts, key) {
+  let chart = charts.get(key);
+  if (!chart) {
+    chart = document.createElement("div");
+    chart.className = "chart";
+    chart.dataset.key = key;
+    chart.innerHTML = `<div class="title"><span class="mono">${esc(key)}</span>
+      <span class="meta"></span></div><div class="plot"></div>`;
+    box.appendChild(chart);
+    charts.set(key, chart);
+  }
+  return chart;
+}
+
+// Draws `traces` in a chart of chartFor: every curve chart has the same axes and look.
+function plotChart(chart, traces) {
+  Plotly.react(chart.querySelector(".plot"), traces, {
+    margin: { l: 48, r: 10, t: 6, b: 30 }, height: 210, showlegend: false,
+    xaxis: { title: { text: "step", standoff: 4 }, gridcolor: "#eef0f4", zeroline: false },
+    yaxis: { gridcolor: "#eef0f4", zeroline: false }, font: { size: 11 },
+    paper_bgcolor: "#fff", plot_bgcolor: "#fff",
+  }, { displayModeBar: false, responsive: true });
+}
+
 function renderCurves(data, charts) {
   const box = document.getElementById("curves");
   const note = document.getElementById("curves-note");
@@ -515,30 +541,16 @@ function renderCurves(data, charts) {
   const byKey = new Map(data.series.map((s) => [s.key, s]));
   for (const key of orderKeys([...byKey.keys()])) {
     const s = byKey.get(key);
-    let chart = charts.get(key);
-    if (!chart) {
-      chart = document.createElement("div");
-      chart.className = "chart";
-      chart.dataset.key = key;
-      chart.innerHTML = `<div class="title"><span class="mono">${esc(key)}</span>
-        <span class="meta"></span></div><div class="plot"></div>`;
-      box.appendChild(chart);
-      charts.set(key, chart);
-    }
+    const chart = chartFor(box, charts, key);
     chart.dataset.points = String(s.count);
     chart.querySelector(".meta").textContent =
       `${s.count} point${s.count > 1 ? "s" : ""} · step ${s.last_step} · ${fmt(s.last_value)}` +
       (s.downsampled ? " · downsampled" : "");
-    Plotly.react(chart.querySelector(".plot"), [{
+    plotChart(chart, [{
       x: s.steps, y: s.values, type: "scatter", mode: s.steps.length <= 60 ? "lines+markers" : "lines",
       line: { width: 2, color: "#3656d6" }, marker: { size: 5 }, name: key,
       hovertemplate: "step %{x}<br>%{y}<extra></extra>",
-    }], {
-      margin: { l: 48, r: 10, t: 6, b: 30 }, height: 210, showlegend: false,
-      xaxis: { title: { text: "step", standoff: 4 }, gridcolor: "#eef0f4", zeroline: false },
-      yaxis: { gridcolor: "#eef0f4", zeroline: false }, font: { size: 11 },
-      paper_bgcolor: "#fff", plot_bgcolor: "#fff",
-    }, { displayModeBar: false, responsive: true });
+    }]);
   }
 }
 
@@ -725,16 +737,7 @@ function drawCompared(runs, metrics, weight, charts) {
   if (!keys.length) { box.innerHTML = `<div class="empty">None of these runs has reported curves yet.</div>`; return; }
   if (box.querySelector(".empty")) box.innerHTML = "";
   for (const key of keys) {
-    let chart = charts.get(key);
-    if (!chart) {
-      chart = document.createElement("div");
-      chart.className = "chart";
-      chart.dataset.key = key;
-      chart.innerHTML = `<div class="title"><span class="mono">${esc(key)}</span>
-        <span class="meta"></span></div><div class="plot"></div>`;
-      box.appendChild(chart);
-      charts.set(key, chart);
-    }
+    const chart = chartFor(box, charts, key);
     const traces = [];
     runs.forEach((run, i) => {
       const s = metrics[i].series.find((x) => x.key === key);
@@ -744,12 +747,7 @@ function drawCompared(runs, metrics, weight, charts) {
         hovertemplate: `${run.run_id}<br>step %{x}<br>%{y}<extra></extra>` });
     });
     chart.querySelector(".meta").textContent = `${traces.length} of ${runs.length} runs`;
-    Plotly.react(chart.querySelector(".plot"), traces, {
-      margin: { l: 48, r: 10, t: 6, b: 30 }, height: 210, showlegend: false,
-      xaxis: { title: { text: "step", standoff: 4 }, gridcolor: "#eef0f4", zeroline: false },
-      yaxis: { gridcolor: "#eef0f4", zeroline: false }, font: { size: 11 },
-      paper_bgcolor: "#fff", plot_bgcolor: "#fff",
-    }, { displayModeBar: false, responsive: true });
+    plotChart(chart, traces);
   }
 }
 
