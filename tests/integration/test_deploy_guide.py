@@ -111,13 +111,13 @@ def plain_env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-def bash(script: str, **env: str) -> str:
+def bash(script: str, timeout: float = 300, **env: str) -> str:
     done = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", script],
         env=plain_env(**env),
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
     )
     assert done.returncode == 0, f"{script}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
     return done.stdout
@@ -248,3 +248,63 @@ def test_the_deploy_guide_sets_up_a_lab_server_that_runs_jobs_and_restores_from_
         log = sf("job", "logs", kept, "-n", "0", "--no-follow")
         assert log.code == 0 and "step 2/2" in log.out, log.err  # its folder came back too
         assert sf("job", "status", lost).code != 0
+
+
+def python_outside_root() -> str | None:
+    """A Python 3.11+ that every user may run, as the guide asks for (not under /root, as the
+    suite's own interpreter may be): the guide's ``python3``."""
+    for candidate in ("/usr/local/bin/python3", "/usr/bin/python3"):
+        if not os.access(candidate, os.X_OK) or Path(candidate).resolve().is_relative_to("/root"):
+            continue
+        check = "import sys; sys.exit(sys.version_info < (3, 11))"
+        if subprocess.run([candidate, "-c", check], check=False).returncode == 0:
+            return candidate
+    return None
+
+
+BUILT = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
+
+
+@pytest.mark.training  # the suite's mark for its slow tests: a venv's install takes minutes
+def test_the_deploy_guides_venv_installs_starforge_that_every_job_user_can_import() -> None:
+    python = python_outside_root()
+    if python is None:
+        pytest.skip("no Python 3.11+ outside /root to make the guide's venv from")
+    opt = Path(tempfile.mkdtemp(prefix="sf-deploy-venv-", dir="/var/tmp"))
+    opt.chmod(0o755)  # as /: nobody may enter it
+    try:
+        # What the package is built from, copied: pip builds in the source tree (build/,
+        # *.egg-info), which must not touch this checkout's own.
+        source = opt / "source"
+        shutil.copytree(ROOT / "src", source / "src", ignore=BUILT)
+        for name in ("pyproject.toml", "README.md"):
+            shutil.copy(ROOT / name, source / name)
+        block = guide_blocks()["venv"]
+        for guide, here in (
+            ("/opt/starforge", str(opt / "opt-starforge")),
+            ("python3 -m venv", f"{python} -m venv"),
+            # Offline: this checkout in place of the release on PyPI, its dependencies from the
+            # machine's own package folders (pip's configuration), as scripts/setup.sh installs.
+            # Without [train]: with torch and TRL the install took 14.5 min on a loaded test
+            # machine, past the suite's 10 min a test; the rest is the same pip install.
+            ("'starforge[train]'", f"'{source}'"),
+            ("sudo -u nobody ", "runuser -u nobody -- "),  # no sudo on a root test machine
+            ("sudo ", ""),
+        ):
+            assert guide in block, guide
+            block = block.replace(guide, here)
+        # From /: the guide's nobody can enter it, unlike this test's working directory.
+        bash(f"cd /\n{block}", timeout=540)
+        # A package folder's own installation, not this checkout's sources on a path.
+        venv_python = opt / "opt-starforge" / "venv" / "bin" / "python"
+        where = "import starforge.report as r; print(r.__file__)"
+        found = subprocess.run(
+            ["runuser", "-u", "nobody", "--", str(venv_python), "-c", where],
+            cwd="/",
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert found.startswith(str(opt / "opt-starforge" / "venv")), found
+    finally:
+        shutil.rmtree(opt, ignore_errors=True)
