@@ -12,7 +12,7 @@ from fastapi import Depends, Header, Request
 
 from starforge import __version__
 from starforge.contract import versions
-from starforge.contract.api import CLIENT_VERSION_HEADER, MIN_CLIENT_VERSION
+from starforge.contract.api import CLIENT_VERSION_HEADER, MIN_CLIENT_VERSION, RUN_TOKEN_HEADER
 from starforge.contract.errors import ClientTooOld, InvalidSpec
 from starforge.server.runtime import Runtime
 from starforge.server.services.access import users
@@ -24,6 +24,8 @@ async def get_runtime(request: Request) -> Runtime:
 
 
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+# A runner route's run token (its gate, ``authz.runner``, has checked it before the body is read).
+RunToken = Annotated[str | None, Header(alias=RUN_TOKEN_HEADER)]
 
 
 def current_user(

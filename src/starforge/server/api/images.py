@@ -4,11 +4,8 @@ route returns a password except the runner's (``services/data/registries.for_run
 
 from __future__ import annotations
 
-from typing import Annotated
+from fastapi import APIRouter, Response
 
-from fastapi import APIRouter, Header, Response
-
-from starforge.contract.api import RUN_TOKEN_HEADER
 from starforge.contract.images import ImageAdmin, ImageDefaultUpdate, RegistryUpdate
 from starforge.contract.registries import (
     RegistryLoginInfo,
@@ -27,7 +24,7 @@ from starforge.server.api.authz import (
     SetsRegistryLogin,
     runner,
 )
-from starforge.server.api.deps import RuntimeDep
+from starforge.server.api.deps import RuntimeDep, RunToken
 from starforge.server.services.data import images, registries
 from starforge.server.services.runs import lifecycle as run_lifecycle
 
@@ -91,7 +88,7 @@ def run_registry_auth(
     body: RunRegistryAuthRequest,
     rt: RuntimeDep,
     response: Response,
-    token: Annotated[str | None, Header(alias=RUN_TOKEN_HEADER)] = None,
+    token: RunToken = None,
 ) -> RunRegistryAuth:
     response.headers["Cache-Control"] = "no-store"
     return registries.for_runner(rt, run_id, token, body.attempt)

@@ -15,10 +15,9 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Request
+from fastapi import APIRouter, Query, Request
 
 from starforge.contract.api import (
-    RUN_TOKEN_HEADER,
     IngestAck,
     IngestRequest,
     MetricsView,
@@ -27,7 +26,7 @@ from starforge.contract.api import (
 )
 from starforge.server.api.authz import Reader, ReadRun, runner
 from starforge.server.api.bodies import parse_json, require_json
-from starforge.server.api.deps import RuntimeDep
+from starforge.server.api.deps import RuntimeDep, RunToken
 from starforge.server.services.observability import metrics
 
 router = APIRouter()
@@ -40,7 +39,7 @@ async def ingest(
     run_id: str,
     request: Request,
     rt: RuntimeDep,
-    token: Annotated[str | None, Header(alias=RUN_TOKEN_HEADER)] = None,
+    token: RunToken = None,
 ) -> IngestAck:
     require_json(request.headers.get("content-type"))  # the token was checked by the gate
     body = await parse_json(IngestRequest, await request.body())

@@ -3,29 +3,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Header, Request
+from fastapi import APIRouter
 
 from starforge.contract.api import (
-    RUN_TOKEN_HEADER,
     LifecycleAck,
     LifecycleBatch,
     LifecycleBatchAck,
     LifecycleEvent,
 )
 from starforge.server.api.authz import runner
-from starforge.server.runtime import Runtime
+from starforge.server.api.deps import RuntimeDep, RunToken
 from starforge.server.services.runs import lifecycle
 
 router = APIRouter()
-
-
-def _runtime(request: Request) -> Runtime:
-    # Read here, not through a sync dependency: FastAPI runs each one in a worker thread, a
-    # hop that cost as much as a runner's report itself (every runner sends two or more).
-    runtime: Runtime = request.app.state.runtime
-    return runtime
 
 
 @router.post(
@@ -36,10 +26,10 @@ def _runtime(request: Request) -> Runtime:
 def post_event(
     run_id: str,
     body: LifecycleEvent,
-    request: Request,
-    token: Annotated[str | None, Header(alias=RUN_TOKEN_HEADER)] = None,
+    rt: RuntimeDep,
+    token: RunToken = None,
 ) -> LifecycleAck:
-    outcome = lifecycle.handle(_runtime(request), run_id, token, body)
+    outcome = lifecycle.handle(rt, run_id, token, body)
     return LifecycleAck(accepted=outcome.accepted, message=outcome.message)
 
 
@@ -51,10 +41,10 @@ def post_event(
 def post_events(
     run_id: str,
     body: LifecycleBatch,
-    request: Request,
-    token: Annotated[str | None, Header(alias=RUN_TOKEN_HEADER)] = None,
+    rt: RuntimeDep,
+    token: RunToken = None,
 ) -> LifecycleBatchAck:
-    outcomes = lifecycle.handle_many(_runtime(request), run_id, token, body.events)
+    outcomes = lifecycle.handle_many(rt, run_id, token, body.events)
     return LifecycleBatchAck(
         acks=[LifecycleAck(accepted=o.accepted, message=o.message) for o in outcomes]
     )

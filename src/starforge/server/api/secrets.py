@@ -4,11 +4,8 @@ the run's own runner token (``services/access/secrets.for_runner``)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from fastapi import APIRouter, Response
 
-from fastapi import APIRouter, Header, Response
-
-from starforge.contract.api import RUN_TOKEN_HEADER
 from starforge.contract.secrets import (
     KeyRotated,
     RunSecrets,
@@ -19,7 +16,7 @@ from starforge.contract.secrets import (
     SecretSet,
 )
 from starforge.server.api.authz import ManageSelf, ReadSelf, RotatesSecretsKey, runner
-from starforge.server.api.deps import RuntimeDep
+from starforge.server.api.deps import RuntimeDep, RunToken
 from starforge.server.services.access import secrets
 from starforge.server.services.runs import lifecycle as run_lifecycle
 
@@ -59,7 +56,7 @@ def run_secrets(
     body: RunSecretsRequest,
     rt: RuntimeDep,
     response: Response,
-    token: Annotated[str | None, Header(alias=RUN_TOKEN_HEADER)] = None,
+    token: RunToken = None,
 ) -> RunSecrets:
     response.headers["Cache-Control"] = "no-store"
     return secrets.for_runner(rt, run_id, token, body.attempt)
