@@ -49,7 +49,7 @@ class ServerInfo(Contract):
     executor: str
     url: str = ""
     job_user: str = ""  # the user jobs run as; "" for the server's own
-    isolation: str = ""  # a warning when jobs are not isolated from the platform
+    isolation: str = ""  # how jobs are kept apart (or that they are not), said as a rule
     database: str = ""  # the database URL, its password hidden
     leader: bool = True  # whether this process runs the scheduler and reconciler
     registries: str = ""  # the image allowlist in a line ("every registry is allowed" when none)
