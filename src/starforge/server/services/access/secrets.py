@@ -65,14 +65,7 @@ def _aad(row: Secret) -> str:
 
 
 def _info(row: Secret) -> SecretInfo:
-    return SecretInfo(
-        name=row.name,
-        scope=Scope(row.scope),
-        owner=row.owner,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-        set_by=row.set_by,
-    )
+    return SecretInfo.model_validate(row, from_attributes=True)  # the row's own fields
 
 
 def _scope_of(caller: Caller, lab: bool, verb: str) -> tuple[Scope, str]:
