@@ -37,14 +37,11 @@ def add(
 
     Example: sf notify add https://hooks.example.com/sf --on failed,stopped --project lab
     """
-    from starforge.cli.connect import connect
+    from starforge.cli.connect import request
     from starforge.client import labops
 
-    out.set_json(json_out)
     events = [e.strip() for e in on.split(",") if e.strip()]
-    with connect() as client:
-        made = labops.add_endpoint(client, url, events, project)
-    out.data(made.model_dump(mode="json"))
+    made = request(json_out, lambda client: labops.add_endpoint(client, url, events, project))
     out.success(f"webhook {made.id} added: {escape(made.url)} on {', '.join(made.events)}")
     out.line(f"secret (shown once; verify X-StarForge-Signature with it): {made.secret}")
 
