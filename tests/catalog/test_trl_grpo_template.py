@@ -1,7 +1,8 @@
 """The trl/grpo template runs a real (tiny) GRPO job the way the platform runs it.
 
-The template is copied into a lab's experiments/demo, ``prepare.py`` builds the model and data,
-and ``train.py`` runs with the job's environment (the composed config in FORGE_CONFIG, or
+The template is copied into a lab's experiments/demo by the code of ``sf new`` (with the
+framework's shared ``trl_support.py``), ``prepare.py`` builds the model and data, and
+``train.py`` runs with the job's environment (the composed config in FORGE_CONFIG, or
 config.yaml in a run by hand), offline, on CPU, forked with the training stack imported as the
 local executor runs a trl job (``tests/catalog/preloaded.py``).
 """
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
+from starforge.project import experiments
+from starforge.project.lab import Lab
 from tests.catalog import preloaded
 
 pytestmark = [
@@ -45,13 +47,17 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A lab with the template as experiments/demo, after ``prepare.py``."""
     root = tmp_path_factory.mktemp("lab")
     (root / "starforge.yaml").write_text("project: demo\n")
-    shutil.copytree(
-        TEMPLATE, root / "experiments" / "demo", ignore=shutil.ignore_patterns("__pycache__")
-    )
+    new_experiment(root, "demo")
     done = run_prepare(root)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "wrote" in done.stdout
     return root
+
+
+def new_experiment(root: Path, name: str) -> Path:
+    """``experiments/NAME`` as ``sf new NAME --method trl/grpo`` makes it (trl_support.py too)."""
+    lab = Lab(root=root, name="demo")
+    return experiments.new_experiment(lab, name, "trl/grpo").path
 
 
 def run_prepare(root: Path) -> subprocess.CompletedProcess[str]:
@@ -203,8 +209,7 @@ def test_forge_config_values_reach_the_trainer(lab: Path, tmp_path: Path) -> Non
 
 
 def test_a_run_by_hand_refuses_output_dir_in_config_yaml(lab: Path, tmp_path: Path) -> None:
-    exp = lab / "experiments" / "by-hand"
-    shutil.copytree(TEMPLATE, exp, ignore=shutil.ignore_patterns("__pycache__"))
+    exp = new_experiment(lab, "by-hand")
     with (exp / "config.yaml").open("a") as f:
         f.write("output_dir: /somewhere/else\n")
     env = job_env(lab, tmp_path / "out")  # no FORGE_CONFIG

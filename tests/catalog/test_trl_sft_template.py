@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.catalog import preloaded
-from tests.catalog.trl_harness import CATALOG, TemplateLab, logged, train
+from tests.catalog.trl_harness import TemplateLab, logged, train
 
 pytestmark = [
     pytest.mark.training,
@@ -26,7 +25,6 @@ pytestmark = [
 ]
 
 METHOD = "sft"
-TEMPLATE = CATALOG / "trl" / METHOD / "template"
 OVERRIDES = {"learning_rate": 0.005, "max_steps": 12}  # config.yaml says 0.01 and 20
 
 
@@ -79,8 +77,7 @@ def test_forge_config_reaches_the_trainer_and_the_loss_falls(lab: Path, tmp_path
 
 
 def test_a_run_by_hand_refuses_output_dir_in_config_yaml(lab: Path, tmp_path: Path) -> None:
-    exp = lab / "experiments" / "by-hand"
-    shutil.copytree(TEMPLATE, exp, ignore=shutil.ignore_patterns("__pycache__"))
+    exp = TemplateLab(lab, METHOD).new_experiment("by-hand")
     with (exp / "config.yaml").open("a") as f:
         f.write("output_dir: /somewhere/else\n")
     env = job_env(lab, tmp_path / "out")  # no FORGE_CONFIG

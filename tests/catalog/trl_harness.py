@@ -1,6 +1,7 @@
 """A tiny lab around one trl/* template, run the way the platform runs it (no platform needed).
 
-The template is copied into ``experiments/demo``, ``prepare.py`` builds the tiny model and the
+The template is copied into ``experiments/demo`` by the code of ``sf new`` (with the framework's
+shared ``trl_support.py``), ``prepare.py`` builds the tiny model and the
 data, and ``train.py`` runs with the job's environment — the composed trainer arguments in
 FORGE_CONFIG — offline, on the CPU, forked with the training stack imported as the local
 executor runs a trl job (``tests/catalog/preloaded.py``).
@@ -9,13 +10,14 @@ executor runs a trl job (``tests/catalog/preloaded.py``).
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from starforge.project import experiments
+from starforge.project.lab import Lab
 from tests.catalog import preloaded
 
 CATALOG = Path(__file__).resolve().parents[2] / "src" / "starforge" / "catalog"
@@ -34,11 +36,15 @@ class TemplateLab:
     def create(cls, root: Path, method: str) -> TemplateLab:
         made = cls(root, method)
         (root / "starforge.yaml").write_text("name: demo\n")
-        exp = root / "experiments" / "demo"
-        shutil.copytree(made.template, exp, ignore=shutil.ignore_patterns("__pycache__"))
+        exp = made.new_experiment("demo")
         code, out, err = preloaded.run("prepare.py", exp, made.env(root / "none"), timeout=120)
         assert code == 0, out + err
         return made
+
+    def new_experiment(self, name: str) -> Path:
+        """``experiments/NAME`` as ``sf new NAME --method trl/<method>`` makes it."""
+        lab = Lab(root=self.root, name="demo")
+        return experiments.new_experiment(lab, name, f"trl/{self.method}").path
 
     def env(self, out: Path, config: dict[str, Any] | None = None) -> dict[str, str]:
         """The runner's environment; ``config`` is written as the composed FORGE_CONFIG file."""

@@ -3,6 +3,12 @@
 A method's digest is the sha256 of the canonical JSON of its parsed ``method.yaml``: the lock
 records it and the server compares it with its own (the catalog handshake).
 
+A framework's ``shared/`` folder (``catalog/trl/shared/``), when it has one, holds what its
+methods' templates have in common, in one place: ``sf new`` copies it into every new experiment
+of the framework beside the method's ``template/`` (:attr:`Method.template_dirs`), so the copied
+scripts import it as a sibling module and the experiment still runs on its own. It is no method
+(it has no ``method.yaml``) and no part of any digest.
+
 Declarations are read lazily, one file per method: ``sf submit`` needs only the method its
 experiment uses (:func:`find_method`), so it does not parse the whole catalog; listing every
 method (:func:`all_methods`) reads the rest.
@@ -25,9 +31,11 @@ from starforge.contract.jobspec import MethodRef
 
 CATALOG_ROOT = Path(__file__).resolve().parent
 FRAMEWORK_ORDER = ("trl", "verl", "nemo-rl", "custom")
+SHARED_DIR = "shared"  # catalog/<framework>/shared/: files every template of the framework gets
 
 __all__ = [
     "CATALOG_ROOT",
+    "SHARED_DIR",
     "Entrypoint",
     "EntrypointKind",
     "Method",
@@ -45,6 +53,13 @@ class Method(MethodDecl):
     @property
     def template_dir(self) -> Path:
         return CATALOG_ROOT / self.id / "template"
+
+    @property
+    def template_dirs(self) -> list[Path]:
+        """What a new experiment of this method is made of, in copy order: the framework's
+        ``shared/`` folder (when it has one), then the method's ``template/``."""
+        shared = CATALOG_ROOT / self.framework / SHARED_DIR
+        return [shared, self.template_dir] if shared.is_dir() else [self.template_dir]
 
     def runtime_version(self, version: str | None = None) -> tuple[str, RuntimeVersion]:
         """The runtime for ``version`` (default: the method's default framework version)."""

@@ -131,7 +131,8 @@ def new_experiment(
     framework_version: str | None = None,
     source: str | None = None,
 ) -> Experiment:
-    """Create ``experiments/NAME`` from a method's template, or fork ``source``."""
+    """Create ``experiments/NAME`` from a method's template (with its framework's shared files,
+    :attr:`Method.template_dirs`), or fork ``source`` (copied whole)."""
     check_name("experiment", name)
     target = lab.experiments_dir / name
     if target.exists():
@@ -143,22 +144,26 @@ def new_experiment(
         if origin.method is None:
             raise ProjectError(f"cannot fork {source!r}: {origin.lock_error}")
         method = get_method(origin.method.id)
-        template, ignore = origin.path, ("outputs", LOCK_FILE)
+        # The origin whole: its copy of the framework's shared files too, as it has them.
+        sources, ignore = [origin.path], ("outputs", LOCK_FILE)
         framework_version = framework_version or origin.method.framework_version or None
     else:
         method = get_method(method_id or "trl/grpo")
-        template, ignore = method.template_dir, (LAB_FILES,)
+        # The framework's shared files (trl_support.py beside a trl template's train.py), then
+        # the method's template: one source in the catalog, a standalone copy in the lab.
+        sources, ignore = method.template_dirs, (LAB_FILES,)
     method.runtime_version(framework_version)  # an unknown version fails before any copy
     lab.experiments_dir.mkdir(exist_ok=True)
     # Stage beside the target and rename, so a crash never leaves half an experiment.
     staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=lab.experiments_dir))
     try:
-        shutil.copytree(
-            template,
-            staging,
-            dirs_exist_ok=True,
-            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", *ignore),
-        )
+        for source_dir in sources:
+            shutil.copytree(
+                source_dir,
+                staging,
+                dirs_exist_ok=True,
+                ignore=shutil.ignore_patterns("__pycache__", "*.pyc", *ignore),
+            )
         os.rename(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -11,67 +11,21 @@ Writes, under the lab root (default: two folders above this script, the folder t
   (``{"prompt": ...}``).
 
 The output is deterministic. Whatever already exists is kept unless ``--force`` is given.
+
+The tiny model and the command line are trl_support.py's, beside this file.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import string
-from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before trl_support, which imports transformers
 
-SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
-# One token per printable ASCII character, plus space and newline: 100 tokens in all.
-ALPHABET = list(string.ascii_letters + string.digits + string.punctuation + " \n")
-SEED = 0
+from trl_support import prepare
 
 VERBS = ["Say", "Write", "Type", "Print", "Repeat", "Emit"]
 OBJECTS = ["a", "the letter a", "only a", "aaaa"]
 ENDINGS = [":", "!"]
-
-
-def build_model(target: Path) -> None:
-    """Save a random tiny Llama and its character tokenizer to ``target``."""
-    import torch
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast
-
-    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + ALPHABET)}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    # Split every character into its own token ([\s\S]: Oniguruma has no (?s) flag).
-    core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    core.decoder = decoders.Fuse()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=core,
-        bos_token="<bos>",
-        eos_token="<eos>",
-        pad_token="<pad>",
-        unk_token="<unk>",
-        padding_side="left",
-    )
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=True,
-    )
-    torch.manual_seed(SEED)
-    model = AutoModelForCausalLM.from_config(config)
-    target.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(target)
-    tokenizer.save_pretrained(target)
-    params = sum(p.numel() for p in model.parameters())
-    print(f"wrote {target}/ (random Llama, {params:,} parameters, {len(tokenizer)} tokens)")
 
 
 def all_prompts() -> list[str]:
@@ -79,41 +33,13 @@ def all_prompts() -> list[str]:
     return [f"{verb} {obj}{end}" for obj in OBJECTS for verb in VERBS for end in ENDINGS]
 
 
-def write_jsonl(path: Path, prompts: list[str]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as f:
-        for prompt in prompts:
-            f.write(json.dumps({"prompt": prompt}) + "\n")
-    print(f"wrote {path} ({len(prompts)} prompts)")
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    default_lab = Path(__file__).resolve().parents[2]
-    parser.add_argument(
-        "--lab", type=Path, default=default_lab, help="lab root (default: %(default)s)"
-    )
-    parser.add_argument("--force", action="store_true", help="rebuild what already exists")
-    args = parser.parse_args()
-    lab: Path = args.lab.resolve()
-
-    model_dir = lab / "models" / "tiny-llama"
-    if args.force or not (model_dir / "config.json").is_file():
-        build_model(model_dir)
-    else:
-        print(f"kept {model_dir}/ (exists; --force rebuilds it)")
-
     prompts = all_prompts()  # 48 prompts: every 6th one is held out for validation
-    splits = {
-        "train.jsonl": [p for i, p in enumerate(prompts) if i % 6 != 5],
-        "val.jsonl": [p for i, p in enumerate(prompts) if i % 6 == 5],
+    files = {
+        "train.jsonl": [{"prompt": p} for i, p in enumerate(prompts) if i % 6 != 5],
+        "val.jsonl": [{"prompt": p} for i, p in enumerate(prompts) if i % 6 == 5],
     }
-    for name, rows in splits.items():
-        path = lab / "data" / name
-        if args.force or not path.is_file():
-            write_jsonl(path, rows)
-        else:
-            print(f"kept {path} (exists; --force rewrites it)")
+    prepare(__doc__.splitlines()[0], files, "prompts")
 
 
 if __name__ == "__main__":
