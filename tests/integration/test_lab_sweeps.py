@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,16 @@ def set_priority(sf: Callable[..., Result], user: str, priority: int) -> None:
     assert got.code == 0, got.err
 
 
+def wait_for_event(
+    sf: Callable[..., Result], run_id: str, dst: str, timeout: float = 180.0
+) -> None:
+    """Until ``run_id``'s events hold a change to ``dst`` (a state too short to be polled)."""
+    deadline = time.monotonic() + timeout
+    while not any(e["dst"] == dst for e in sf("job", "status", run_id, "--json").json()["events"]):
+        assert time.monotonic() < deadline, f"{run_id} never went {dst}"
+        time.sleep(0.2)
+
+
 def add_short_experiment(lab: Lab, name: str) -> None:
     """A second custom experiment in ``lab`` whose train.sh runs three quick steps."""
     experiments.new_experiment(lab, name, "custom/custom")
@@ -79,6 +90,9 @@ def test_a_priority_run_takes_the_gpus_of_a_resumable_run_which_resumes_continuo
     got = sf("submit", "c2", "--profile", "h200:8", "--image", IMAGE, "--json", cwd=lab.root)
     assert got.code == 0, got.err
     urgent = str(got.json()["run_id"])  # type: ignore[index]
+    # A new priority applies to the user's queued runs at once: back to 0 only once a pass has
+    # decided the preemption at the urgent run's 10 (the low run pausing), or nothing preempts.
+    wait_for_event(sf, low, "pausing")
     set_priority(sf, user, 0)
 
     done = wait_for(sf, urgent, FINAL)

@@ -297,6 +297,21 @@ def test_an_attempt_number_the_runs_folder_shows_was_used_is_never_used_again(
     assert run_row(rt, run_id).current_attempt == 4
 
 
+def test_a_binding_left_by_a_placement_that_never_committed_does_not_skip_its_number(
+    rt: Runtime,
+) -> None:
+    # A leader killed after writing attempt 1's binding but before its placement committed: the
+    # database still has the run queued, and nothing ran under attempt 1.
+    run_id = submit(rt, user="alice").run_id
+    layout = RunLayout(dispatch.run_dir_of(rt, run_row(rt, run_id)))
+    layout.state.mkdir(parents=True, exist_ok=True)
+    layout.binding(1, 0).write_text("{}")
+
+    assert schedule(rt) == [run_id]
+    assert run_row(rt, run_id).current_attempt == 1
+    assert binding(rt, run_id, 1, 0)["attempt"] == 1
+
+
 def test_the_attempt_a_file_of_a_runs_folder_belongs_to_is_read_from_its_name() -> None:
     assert RunLayout.attempt_of("attempt-12.log") == 12
     assert RunLayout.attempt_of("attempt-3.node-1.exit.json") == 3

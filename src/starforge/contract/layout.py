@@ -82,6 +82,8 @@ class StorageLayout:
 class RunLayout:
     """Every file of one run, relative to its directory."""
 
+    BINDING = "binding.json"  # the suffix of a node's binding file in state/
+
     dir: Path
 
     @property
@@ -151,7 +153,7 @@ class RunLayout:
         return self.state / f"attempt-{attempt}.node-{node_rank}.{suffix}"
 
     def binding(self, attempt: int, node_rank: int) -> Path:
-        return self._node_file(attempt, node_rank, "binding.json")
+        return self._node_file(attempt, node_rank, self.BINDING)
 
     def runner_record(self, attempt: int, node_rank: int) -> Path:
         return self._node_file(attempt, node_rank, "runner.json")

@@ -234,8 +234,10 @@ def place_run(
 
 
 def attempts_on_disk(layout: RunLayout) -> int:
-    """The highest attempt number the run's folder holds files of (logs, bindings, runner and
-    exit records, report spools), 0 for none."""
+    """The highest attempt number something ran under in the run's folder (its logs, runner and
+    exit records, report spools), 0 for none. A binding alone is no use of its number: bindings
+    are written in the placement's transaction, before it commits, so a leader killed before the
+    commit leaves one of an attempt that never was, and the next placement takes that number."""
     highest = 0
     for folder in (layout.logs, layout.state):
         try:
@@ -243,6 +245,8 @@ def attempts_on_disk(layout: RunLayout) -> int:
         except (FileNotFoundError, NotADirectoryError):
             continue
         for name in names:
+            if name.endswith(f".{RunLayout.BINDING}"):
+                continue
             number = RunLayout.attempt_of(name)
             if number is not None and number > highest:
                 highest = number
